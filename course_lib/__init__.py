@@ -1,0 +1,75 @@
+"""course_lib: reference implementations and grading tools for *Attention and Transformers, from Scratch*.
+
+Modules mirror the book's chapters:
+
+- :mod:`course_lib.scores`, :mod:`course_lib.pooling`, :mod:`course_lib.seq2seq`: seq2seq with attention
+- :mod:`course_lib.softmax`, :mod:`course_lib.attention`: self-attention
+- :mod:`course_lib.multihead`: multi-head attention
+- :mod:`course_lib.positional`: positional encoding
+- :mod:`course_lib.layernorm`: LayerNorm
+- :mod:`course_lib.masks`, :mod:`course_lib.feedforward`, :mod:`course_lib.losses`,
+  :mod:`course_lib.transformer`: the transformer
+
+Conventions: batch-first; boolean masks with ``True`` = may attend; weight matrices
+multiply from the right (``x @ W``); attention functions return ``(output, weights)``.
+"""
+
+from .attention import scaled_dot_product_attention, self_attention
+from .feedforward import PositionwiseFeedForward, position_wise_feed_forward
+from .layernorm import LayerNorm, add_and_norm, layer_norm
+from .losses import label_smoothing_loss
+from .masks import causal_mask, padding_mask
+from .multihead import (
+    MultiHeadAttention,
+    merge_heads,
+    multi_head_attention,
+    multi_head_attention_sum_form,
+    split_heads,
+)
+from .pooling import attention_pool, local_attention_weights
+from .positional import SinusoidalPositionalEncoding, relative_position_matrix, sinusoidal_positional_encoding
+from .scores import additive_score, cosine_score, dot_score, multiplicative_score, scaled_dot_score
+from .seq2seq import Seq2SeqAttention
+from .softmax import masked_softmax, softmax
+from .transformer import DecoderLayer, EncoderLayer, Transformer
+
+__version__ = "0.1.0"
+
+#: The graded API: every function students implement, by name.
+GRADED_FUNCTIONS = (
+    "dot_score",
+    "scaled_dot_score",
+    "cosine_score",
+    "additive_score",
+    "multiplicative_score",
+    "attention_pool",
+    "local_attention_weights",
+    "softmax",
+    "scaled_dot_product_attention",
+    "self_attention",
+    "split_heads",
+    "merge_heads",
+    "multi_head_attention",
+    "multi_head_attention_sum_form",
+    "sinusoidal_positional_encoding",
+    "relative_position_matrix",
+    "layer_norm",
+    "add_and_norm",
+    "padding_mask",
+    "causal_mask",
+    "position_wise_feed_forward",
+    "label_smoothing_loss",
+)
+
+__all__ = [
+    *GRADED_FUNCTIONS,
+    "masked_softmax",
+    "MultiHeadAttention",
+    "LayerNorm",
+    "SinusoidalPositionalEncoding",
+    "PositionwiseFeedForward",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Transformer",
+    "Seq2SeqAttention",
+]

@@ -1,0 +1,86 @@
+"""Layer normalisation and the Add & Norm step (LayerNorm chapter)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ._checks import check_positive_int, check_shapes
+
+__all__ = ["layer_norm", "add_and_norm", "LayerNorm"]
+
+
+def layer_norm(
+    x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5
+) -> torch.Tensor:
+    r"""Layer normalisation over the last dim (Ba et al., 2016).
+
+    .. math::
+        \mathrm{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta, \quad
+        \mu = \frac1E \sum_e x_e, \quad \sigma^2 = \frac1E \sum_e (x_e - \mu)^2.
+
+    The statistics are per token (biased variance, ``eps`` inside the square root), so
+    training and inference compute exactly the same thing, unlike BatchNorm.
+
+    Args:
+        x: inputs.
+        gamma: gain (the book's alpha), initialised to ones.
+        beta: bias, initialised to zeros.
+        eps: added to the variance.
+
+    Shape:
+        - x: :math:`(*, E)`
+        - gamma, beta: :math:`(E)`
+        - output: :math:`(*, E)`
+    """
+    check_shapes("layer_norm", x=(x, "... E"), gamma=(gamma, "E"), beta=(beta, "E"))
+    var, mean = torch.var_mean(x, dim=-1, correction=0, keepdim=True)  # (*, 1) each
+    return (x - mean) * torch.rsqrt(var + eps) * gamma + beta
+
+
+def add_and_norm(
+    x: torch.Tensor,
+    sublayer_output: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    r"""Residual connection followed by layer norm: :math:`\mathrm{LN}(x + \mathrm{Sublayer}(x))`.
+
+    This is the post-LN arrangement of the original transformer.
+
+    Shape:
+        - x, sublayer_output: :math:`(*, E)`
+        - gamma, beta: :math:`(E)`
+        - output: :math:`(*, E)`
+    """
+    check_shapes("add_and_norm", x=(x, "... E"), sublayer_output=(sublayer_output, "... E"))
+    if x.shape != sublayer_output.shape:
+        raise ValueError(
+            f"add_and_norm: 'sublayer_output' must have the shape of 'x' {tuple(x.shape)}, "
+            f"got {tuple(sublayer_output.shape)}"
+        )
+    return layer_norm(x + sublayer_output, gamma, beta, eps)
+
+
+class LayerNorm(nn.Module):
+    """Layer norm with learnable ``weight`` (gamma) and ``bias`` (beta); wraps :func:`layer_norm`.
+
+    Parameter names match :class:`torch.nn.LayerNorm`, so its state dict loads directly.
+
+    Shape:
+        - x: :math:`(*, E)`; output: same
+    """
+
+    def __init__(self, normalized_shape: int, eps: float = 1e-5):
+        super().__init__()
+        check_positive_int("LayerNorm", "normalized_shape", normalized_shape)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"

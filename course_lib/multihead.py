@@ -1,0 +1,239 @@
+"""Multi-head attention: split, attend per head, merge, project (multi-head attention chapter)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ._checks import check_mask, check_positive_int, check_shapes
+from .attention import scaled_dot_product_attention
+
+__all__ = [
+    "split_heads",
+    "merge_heads",
+    "multi_head_attention",
+    "multi_head_attention_sum_form",
+    "MultiHeadAttention",
+]
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Split the last dim into ``num_heads`` heads of width D = E / H.
+
+    Head h owns columns ``h*D ... (h+1)*D - 1``. The transpose matters: a bare
+    ``view(N, H, L, D)`` would hand each head a slice of *tokens*, not of features.
+
+    Shape:
+        - x: :math:`(N, L, E)`
+        - output: :math:`(N, H, L, D)`
+    """
+    check_positive_int("split_heads", "num_heads", num_heads)
+    dims = check_shapes("split_heads", floating=False, x=(x, "N L E"))
+    N, L, E = dims["N"], dims["L"], dims["E"]
+    if E % num_heads:
+        raise ValueError(f"split_heads: the last dim of 'x' (E={E}) is not divisible by num_heads={num_heads}")
+    D = E // num_heads
+    return x.view(N, L, num_heads, D).transpose(1, 2)  # (N, H, L, D)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate heads back into one vector per token; the inverse of :func:`split_heads`.
+
+    Shape:
+        - x: :math:`(N, H, L, D)`
+        - output: :math:`(N, L, H \\cdot D)`
+    """
+    dims = check_shapes("merge_heads", floating=False, x=(x, "N H L D"))
+    N, H, L, D = dims["N"], dims["H"], dims["L"], dims["D"]
+    return x.transpose(1, 2).reshape(N, L, H * D)  # (N, L, H*D)
+
+
+def _project_heads(fn, query, key, value, W_q, W_k, W_v, W_o, num_heads, mask, biases):
+    """Check arguments, project and split: returns per-head q, k, v of shape (N, H, *, D)."""
+    check_positive_int(fn, "num_heads", num_heads)
+    dims = check_shapes(
+        fn,
+        query=(query, "N L E"),
+        key=(key, "N S E"),
+        value=(value, "N S E"),
+        W_q=(W_q, "E E"),
+        W_k=(W_k, "E E"),
+        W_v=(W_v, "E E"),
+        W_o=(W_o, "E E"),
+        **{name: (b, "E") for name, b in biases.items()},
+    )
+    if dims["E"] % num_heads:
+        raise ValueError(f"{fn}: embed dim E={dims['E']} is not divisible by num_heads={num_heads}")
+    check_mask(fn, mask, (dims["N"], num_heads, dims["L"], dims["S"]), "(N, H, L, S)")
+
+    def proj(x, W, b):
+        return x @ W if b is None else torch.addmm(b, x.flatten(0, 1), W).view(*x.shape[:2], -1)
+
+    q = split_heads(proj(query, W_q, biases["b_q"]), num_heads)  # (N, H, L, D)
+    k = split_heads(proj(key, W_k, biases["b_k"]), num_heads)  # (N, H, S, D)
+    v = split_heads(proj(value, W_v, biases["b_v"]), num_heads)  # (N, H, S, D)
+    return q, k, v
+
+
+def multi_head_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    W_q: torch.Tensor,
+    W_k: torch.Tensor,
+    W_v: torch.Tensor,
+    W_o: torch.Tensor,
+    num_heads: int,
+    mask: torch.Tensor | None = None,
+    *,
+    b_q: torch.Tensor | None = None,
+    b_k: torch.Tensor | None = None,
+    b_v: torch.Tensor | None = None,
+    b_o: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Multi-head attention, concatenation form: :math:`\mathrm{Concat}(head_1..head_H)\,W_o`.
+
+    :math:`head_h = \mathrm{Attention}(Q W_q^{(h)}, K W_k^{(h)}, V W_v^{(h)})`, where
+    :math:`W^{(h)}` are columns :math:`hD \ldots (h+1)D - 1` of the full (E, E) matrices
+    (Vaswani et al., 2017, section 3.2.2). Projecting once with the full matrix and
+    splitting is the same as H separate per-head projections, and faster.
+
+    Args:
+        query, key, value: inputs; key and value usually the same tensor.
+        W_q, W_k, W_v: input projections (``x @ W``).
+        W_o: output projection applied to the concatenated heads.
+        num_heads: H; must divide E.
+        mask: boolean, ``True`` = may attend. A key-padding mask (N, S) goes in as
+            ``mask[:, None, None, :]``; a causal mask (L, S) as is.
+        b_q, b_k, b_v, b_o: optional biases (keyword only; the graded form has none).
+        dropout_p: dropout on the attention weights (training only).
+
+    Shape:
+        - query: :math:`(N, L, E)`
+        - key, value: :math:`(N, S, E)`
+        - W_q, W_k, W_v, W_o: :math:`(E, E)`
+        - mask: broadcastable to :math:`(N, H, L, S)`
+        - output: :math:`(N, L, E)`
+        - weights: :math:`(N, H, L, S)`
+
+    Returns:
+        ``(output, weights)``, the weights per head.
+    """
+    biases = {"b_q": b_q, "b_k": b_k, "b_v": b_v, "b_o": b_o}
+    q, k, v = _project_heads(
+        "multi_head_attention", query, key, value, W_q, W_k, W_v, W_o, num_heads, mask, biases
+    )
+    heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)  # (N, H, L, D)
+    concat = merge_heads(heads)  # (N, L, E)
+    out = concat @ W_o if b_o is None else torch.addmm(b_o, concat.flatten(0, 1), W_o).view_as(concat)
+    return out, weights
+
+
+def multi_head_attention_sum_form(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    W_q: torch.Tensor,
+    W_k: torch.Tensor,
+    W_v: torch.Tensor,
+    W_o: torch.Tensor,
+    num_heads: int,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    r"""Multi-head attention as a sum over heads (Zhu et al., 2020, Deformable DETR, eq. 1).
+
+    .. math::
+        \mathrm{MHA}(z_q, x) = \sum_{h=1}^{H} W_o^{(h)} \Big[\sum_k A_{hqk}\, W_v^{(h)} x_k\Big],
+
+    where :math:`W_o^{(h)}` = rows :math:`hD \ldots (h+1)D - 1` of ``W_o`` (the rows that
+    multiply head h's slice of the concatenation). Concatenating and then multiplying by
+    ``W_o`` is a block matrix product, so this sum equals :func:`multi_head_attention`.
+
+    Shape:
+        as :func:`multi_head_attention`; output :math:`(N, L, E)`.
+
+    Returns:
+        The output only.
+    """
+    biases = {"b_q": None, "b_k": None, "b_v": None, "b_o": None}
+    q, k, v = _project_heads(
+        "multi_head_attention_sum_form", query, key, value, W_q, W_k, W_v, W_o, num_heads, mask, biases
+    )
+    heads, _ = scaled_dot_product_attention(q, k, v, mask)  # (N, H, L, D)
+    D = heads.shape[-1]
+    out = torch.zeros_like(query)
+    for h in range(num_heads):
+        out = out + heads[:, h] @ W_o[h * D : (h + 1) * D, :]  # (N, L, D) @ (D, E) -> (N, L, E)
+    return out
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with biases and dropout; a thin wrapper over :func:`multi_head_attention`.
+
+    Batch-first, boolean masks with ``True`` = may attend (the opposite of
+    :class:`torch.nn.MultiheadAttention`'s ``key_padding_mask`` and boolean ``attn_mask``,
+    where ``True`` means *blocked*).
+
+    Args:
+        embed_dim: E.
+        num_heads: H; must divide E.
+        bias: learn biases for the four projections.
+        dropout: dropout probability on the attention weights.
+
+    Shape:
+        - query: :math:`(N, L, E)`; key, value: :math:`(N, S, E)`
+        - mask: broadcastable to :math:`(N, H, L, S)`
+        - output: :math:`(N, L, E)`; weights: :math:`(N, H, L, S)`
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        check_positive_int("MultiHeadAttention", "embed_dim", embed_dim)
+        check_positive_int("MultiHeadAttention", "num_heads", num_heads)
+        if embed_dim % num_heads:
+            raise ValueError(
+                f"MultiHeadAttention: embed_dim={embed_dim} is not divisible by num_heads={num_heads}"
+            )
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        names = ("q", "k", "v", "o")
+        for n in names:
+            W = torch.empty(embed_dim, embed_dim)
+            nn.init.xavier_uniform_(W)
+            self.register_parameter(f"W_{n}", nn.Parameter(W))
+            self.register_parameter(f"b_{n}", nn.Parameter(torch.zeros(embed_dim)) if bias else None)
+
+    def forward(self, query, key, value, mask=None):
+        """Returns ``(output, weights)``; see the class docstring for shapes."""
+        return multi_head_attention(
+            query, key, value, self.W_q, self.W_k, self.W_v, self.W_o, self.num_heads, mask,
+            b_q=self.b_q, b_k=self.b_k, b_v=self.b_v, b_o=self.b_o,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """Copy the weights of a :class:`torch.nn.MultiheadAttention` (either ``batch_first``).
+
+        PyTorch stores ``in_proj_weight`` (3E, E) for ``x @ W.T``; we store each (E, E)
+        block transposed, for ``x @ W``.
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"from_torch: expected nn.MultiheadAttention, got {type(m).__name__}")
+        if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+            raise ValueError("from_torch: kdim/vdim != embed_dim, add_bias_kv and add_zero_attn are not supported")
+        E = m.embed_dim
+        new = cls(E, m.num_heads, bias=m.in_proj_bias is not None, dropout=m.dropout)
+        new = new.to(dtype=m.in_proj_weight.dtype, device=m.in_proj_weight.device)
+        with torch.no_grad():
+            for i, n in enumerate("qkv"):
+                getattr(new, f"W_{n}").copy_(m.in_proj_weight[i * E : (i + 1) * E].T)
+                if m.in_proj_bias is not None:
+                    getattr(new, f"b_{n}").copy_(m.in_proj_bias[i * E : (i + 1) * E])
+            new.W_o.copy_(m.out_proj.weight.T)
+            if m.out_proj.bias is not None:
+                new.b_o.copy_(m.out_proj.bias)
+        return new.train(m.training)
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"

@@ -1,0 +1,206 @@
+"""A GRU encoder–decoder with Bahdanau or Luong attention (seq2seq chapter).
+
+The encoder is a bidirectional GRU; its annotations are projected to the decoder's
+width and serve as the keys and values of attention. The decoder runs one step per
+target token:
+
+- **Bahdanau** (2014): score the *previous* decoder state against the annotations with
+  the additive score, pool a context vector, then feed ``[embedding; context]`` to the
+  GRU; the output layer sees ``[state; context; embedding]``.
+- **Luong** (2015): run the GRU first (with "input feeding" of the previous attentional
+  state), score the *new* state with ``dot``, ``general`` or ``concat``, pool a context,
+  and form the attentional state :math:`\\tilde h_t = \\tanh(W_c[c_t; h_t])`. Global
+  attention pools over all source positions; local attention over a window of
+  half-width D around :math:`p_t = t` ("monotonic") or
+  :math:`p_t = S\\,\\sigma(v_p^\\top \\tanh(W_p h_t))` ("predictive").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ._checks import check_mask, check_positive_int, check_shapes
+from .pooling import attention_pool, local_attention_weights
+from .scores import additive_score_projected, dot_score, multiplicative_score
+
+__all__ = ["Seq2SeqAttention"]
+
+_SCORES = {"bahdanau": ("additive",), "luong": ("dot", "general", "concat")}
+_DEFAULT_SCORE = {"bahdanau": "additive", "luong": "general"}
+_LOCAL = (None, "monotonic", "predictive")
+
+
+@dataclass
+class EncodedSource:
+    """What the decoder needs from the encoder, computed once per source batch."""
+
+    memory: torch.Tensor  # (N, S, H) keys and values of attention
+    keys_proj: torch.Tensor | None  # (N, S, A) for additive scores, projected once
+    mask: torch.Tensor  # (N, S) True at real tokens
+    lengths: torch.Tensor  # (N,) number of real tokens
+
+
+class Seq2SeqAttention(nn.Module):
+    """GRU encoder–decoder with attention.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes.
+        embed_dim: width of the token embeddings.
+        hidden_dim: width of the decoder state (the encoder has hidden_dim per direction).
+        attention: ``"bahdanau"`` or ``"luong"``.
+        score: ``"additive"`` for Bahdanau; ``"dot"``, ``"general"`` (default) or
+            ``"concat"`` for Luong.
+        local: ``None`` (global), ``"monotonic"`` or ``"predictive"`` (Luong only).
+        half_window: D, the half-width of the local window.
+        dropout: dropout on embeddings and on the decoder's output features.
+        pad_id: the id of ``<pad>`` in both vocabularies.
+
+    Shape:
+        - src: :math:`(N, S)` token ids; tgt_in: :math:`(N, T)` token ids (``<bos>`` first)
+        - logits: :math:`(N, T, V_{tgt})`; weights: :math:`(N, T, S)`
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        embed_dim: int = 32,
+        hidden_dim: int = 64,
+        attention: str = "bahdanau",
+        score: str | None = None,
+        local: str | None = None,
+        half_window: int = 2,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        fn = "Seq2SeqAttention"
+        for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size),
+                            ("embed_dim", embed_dim), ("hidden_dim", hidden_dim), ("half_window", half_window)):
+            check_positive_int(fn, name, value)
+        if attention not in _SCORES:
+            raise ValueError(f"{fn}: argument 'attention' must be one of {list(_SCORES)}, got {attention!r}")
+        score = score or _DEFAULT_SCORE[attention]
+        if score not in _SCORES[attention]:
+            raise ValueError(f"{fn}: for attention={attention!r}, 'score' must be one of {list(_SCORES[attention])}, got {score!r}")
+        if local not in _LOCAL or (local and attention != "luong"):
+            raise ValueError(f"{fn}: argument 'local' must be one of {list(_LOCAL)} and needs attention='luong', got {local!r}")
+        self.attention, self.score, self.local, self.half_window, self.pad_id = attention, score, local, half_window, pad_id
+        E, H = embed_dim, hidden_dim
+        self.src_embed = nn.Embedding(src_vocab_size, E, padding_idx=pad_id)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, E, padding_idx=pad_id)
+        self.encoder = nn.GRU(E, H, batch_first=True, bidirectional=True)
+        self.to_memory = nn.Linear(2 * H, H)  # annotations -> keys and values
+        self.init_state = nn.Linear(H, H)  # s_0 = tanh(W h_1 backward), as Bahdanau
+        self.dropout = nn.Dropout(dropout)
+        if score in ("additive", "concat"):
+            self.W_q = nn.Parameter(torch.randn(H, H) / H**0.5)
+            self.W_k = nn.Parameter(torch.randn(H, H) / H**0.5)
+            self.v = nn.Parameter(torch.randn(H) / H**0.5)
+        elif score == "general":
+            self.W = nn.Parameter(torch.eye(H) + torch.randn(H, H) / H)
+        if attention == "bahdanau":
+            self.cell = nn.GRUCell(E + H, H)
+            self.out = nn.Linear(H + H + E, tgt_vocab_size)
+        else:
+            self.cell = nn.GRUCell(E + H, H)  # input feeding: [embedding; previous h~]
+            self.combine = nn.Linear(2 * H, H)  # h~_t = tanh(W_c [c_t; h_t])
+            self.out = nn.Linear(H, tgt_vocab_size)
+            if local == "predictive":
+                self.W_p = nn.Linear(H, H, bias=False)
+                self.v_p = nn.Linear(H, 1, bias=False)
+
+    # -- encoder -------------------------------------------------------------------------
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None):
+        """Encode a batch of source sequences (padding anywhere after the real tokens).
+
+        Returns:
+            ``(encoded, state)``: an :class:`EncodedSource` and the decoder's first state.
+        """
+        dims = check_shapes("Seq2SeqAttention.encode", floating=False, src=(src, "N S"))
+        if src_mask is None:
+            src_mask = src != self.pad_id
+        check_mask("Seq2SeqAttention.encode", src_mask, (dims["N"], dims["S"]), "(N, S)", name="src_mask")
+        lengths = src_mask.sum(-1)  # (N,)
+        packed = pack_padded_sequence(
+            self.dropout(self.src_embed(src)), lengths.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False
+        )
+        out, h_n = self.encoder(packed)  # h_n: (2, N, H)
+        annotations, _ = pad_packed_sequence(out, batch_first=True, total_length=dims["S"])  # (N, S, 2H)
+        memory = self.to_memory(annotations)  # (N, S, H)
+        keys_proj = memory @ self.W_k if self.score in ("additive", "concat") else None  # (N, S, H)
+        state = torch.tanh(self.init_state(h_n[1]))  # (N, H)
+        if self.attention == "luong":
+            state = (state, torch.zeros_like(state))  # (h_t, h~_t)
+        return EncodedSource(memory, keys_proj, src_mask, lengths), state
+
+    # -- one decoder step ----------------------------------------------------------------
+    def _scores(self, h: torch.Tensor, enc: EncodedSource) -> torch.Tensor:
+        if self.score in ("additive", "concat"):
+            return additive_score_projected(h @ self.W_q, enc.keys_proj, self.v)  # (N, S)
+        if self.score == "general":
+            return multiplicative_score(h, enc.memory, self.W)  # (N, S)
+        return dot_score(h, enc.memory)  # (N, S)
+
+    def _attend(self, h: torch.Tensor, enc: EncodedSource, t: int):
+        scores = self._scores(h, enc)  # (N, S)
+        if self.local is None:
+            return attention_pool(scores, enc.memory, enc.mask)
+        if self.local == "monotonic":
+            center = torch.full_like(enc.lengths, t, dtype=h.dtype)  # (N,)
+        else:
+            center = enc.lengths.to(h.dtype) * torch.sigmoid(self.v_p(torch.tanh(self.W_p(h)))).squeeze(-1)
+        weights = local_attention_weights(scores.masked_fill(~enc.mask, float("-inf")), center, self.half_window)
+        context = (weights.unsqueeze(1) @ enc.memory).squeeze(1)  # (N, 1, S) @ (N, S, H) -> (N, H)
+        return context, weights
+
+    def step(self, y_prev: torch.Tensor, state, enc: EncodedSource, t: int = 0):
+        """One decoder step from the previous target token ``y_prev`` (N,).
+
+        Returns:
+            ``(logits (N, V), new_state, weights (N, S))``.
+        """
+        e = self.dropout(self.tgt_embed(y_prev))  # (N, E)
+        if self.attention == "bahdanau":
+            context, weights = self._attend(state, enc, t)  # score s_{t-1}
+            s = self.cell(torch.cat([e, context], -1), state)  # (N, H)
+            return self.out(self.dropout(torch.cat([s, context, e], -1))), s, weights
+        h_prev, h_tilde_prev = state
+        h = self.cell(torch.cat([e, h_tilde_prev], -1), h_prev)  # (N, H)
+        context, weights = self._attend(h, enc, t)  # score h_t
+        h_tilde = torch.tanh(self.combine(torch.cat([context, h], -1)))  # (N, H)
+        return self.out(self.dropout(h_tilde)), (h, h_tilde), weights
+
+    # -- whole sequences -----------------------------------------------------------------
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor | None = None):
+        """Teacher-forced decoding of ``tgt_in``; returns ``(logits, weights)``."""
+        enc, state = self.encode(src, src_mask)
+        check_shapes("Seq2SeqAttention.forward", floating=False, src=(src, "N S"), tgt_in=(tgt_in, "N T"))
+        logits, weights = [], []
+        for t in range(tgt_in.shape[1]):
+            step_logits, state, w = self.step(tgt_in[:, t], state, enc, t)
+            logits.append(step_logits)
+            weights.append(w)
+        return torch.stack(logits, 1), torch.stack(weights, 1)  # (N, T, V), (N, T, S)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int, src_mask=None):
+        """Greedy decoding; returns ``(tokens (N, <= max_len), weights (N, T, S))``, ``<bos>`` excluded."""
+        check_positive_int("Seq2SeqAttention.greedy_decode", "max_len", max_len)
+        enc, state = self.encode(src, src_mask)
+        y = torch.full((src.shape[0],), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros_like(y, dtype=torch.bool)
+        tokens, weights = [], []
+        for t in range(max_len):
+            logits, state, w = self.step(y, state, enc, t)
+            y = logits.argmax(-1).masked_fill(done, self.pad_id)  # (N,)
+            tokens.append(y)
+            weights.append(w)
+            done |= y == eos_id
+            if done.all():
+                break
+        return torch.stack(tokens, 1), torch.stack(weights, 1)
