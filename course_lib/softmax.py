@@ -34,12 +34,34 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         slices).
     """
     check_shapes("softmax", x=(x, "..."))
-    # The max does not change the result, so no gradient needs to flow through it.
-    m = x.amax(dim=dim, keepdim=True).detach()
-    m = m.masked_fill(~torch.isfinite(m), 0.0)  # all -inf slice: avoid (-inf) - (-inf) = NaN
-    e = torch.exp(x - m)
-    total = e.sum(dim=dim, keepdim=True)
-    return e / total.masked_fill(total == 0, 1.0)  # all -inf slice: 0 / 1 = 0
+    return _Softmax.apply(x, dim)
+
+
+class _Softmax(torch.autograd.Function):
+    """Softmax with its backward written out (the Jacobian-vector product).
+
+    Letting autograd differentiate ``exp(x - m) / sum`` step by step costs three times the
+    time of PyTorch's fused softmax; the closed-form backward costs about the same.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, dim: int) -> torch.Tensor:
+        m = x.amax(dim=dim, keepdim=True)  # the max does not change the result
+        m.masked_fill_(~torch.isfinite(m), 0.0)  # all -inf slice: avoid (-inf) - (-inf) = NaN
+        y = torch.sub(x, m).exp_()  # every exponent <= 0: no overflow
+        total = y.sum(dim=dim, keepdim=True)
+        total.masked_fill_(total == 0, 1.0)  # all -inf slice: 0 / 1 = 0
+        y.div_(total)
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y: torch.Tensor):
+        # dy_i / dx_j = y_i (delta_ij - y_j), so grad_x = y * (grad_y - <grad_y, y>).
+        (y,) = ctx.saved_tensors
+        grad_x = grad_y * y
+        return grad_x.addcmul_(y, grad_x.sum(dim=ctx.dim, keepdim=True), value=-1.0), None
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,0 +1,36 @@
+# Two commands do all set-up on a fresh machine (see README.md):
+#   make book   build the executed book into _build/html
+#   make test   run the whole test suite
+# Both create .venv and install the pinned environment when needed, and skip that when
+# it is already up to date.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: book test bench env constraints clean
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
+	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/course-lib bench
+
+# Regenerate constraints.txt from the current environment (after changing dependencies).
+constraints: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/' > constraints.txt
+
+clean:
+	rm -rf _build
