@@ -38,7 +38,8 @@ def check_shapes(fn: str, floating: bool = True, **specs) -> dict[str, int]:
     Args:
         fn: name of the calling function, used in error messages.
         floating: require floating-point tensors.
-        **specs: ``name=(tensor, "N S D")``; a ``None`` tensor is skipped.
+        **specs: ``name=(tensor, "N S D")``; a spec starting with ``"?"`` marks an
+            optional argument, which may be ``None``.
 
     Returns:
         A dict from letter to size, with ``"..."`` bound to the broadcast batch shape.
@@ -50,9 +51,11 @@ def check_shapes(fn: str, floating: bool = True, **specs) -> dict[str, int]:
     """
     dims: dict = {}
     for name, (x, spec_str) in specs.items():
-        if x is None:
-            continue
         spec = spec_str.split()
+        if spec and spec[0] == "?":  # an optional argument, e.g. a bias
+            if x is None:
+                continue
+            spec = spec[1:]
         if not isinstance(x, torch.Tensor):
             raise TypeError(
                 f"{fn}: argument '{name}' must be a torch.Tensor of shape "

@@ -45,7 +45,7 @@ def main(repeats: int = 20, threads: int | None = None) -> int:
     x = torch.randn(N, L, E, requires_grad=True)
     print(f"forward + backward, N={N}, L=S={L}, E={E}, H={H}, float32, CPU, "
           f"{torch.get_num_threads()} threads, median of {repeats}")
-    print(f"{'case':<58}{'course_lib':>12}{'PyTorch':>12}{'ratio':>8}")
+    print(f"{'case':<68}{'course_lib':>12}{'PyTorch':>12}{'ratio':>8}")
 
     theirs = nn.MultiheadAttention(E, H, batch_first=True)
     ours = MultiHeadAttention.from_torch(theirs)
@@ -62,7 +62,7 @@ def main(repeats: int = 20, threads: int | None = None) -> int:
     for name, m_ours, f_ours, m_theirs, f_theirs in rows:
         t_ours = _time(_fwd_bwd(m_ours, f_ours), repeats)
         t_theirs = _time(_fwd_bwd(m_theirs, f_theirs), repeats)
-        print(f"{name:<58}{t_ours * 1e3:>10.1f}ms{t_theirs * 1e3:>10.1f}ms{t_ours / t_theirs:>7.2f}x")
+        print(f"{name:<68}{t_ours * 1e3:>10.1f}ms{t_theirs * 1e3:>10.1f}ms{t_ours / t_theirs:>7.2f}x")
     return 0
 
 

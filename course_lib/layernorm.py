@@ -54,7 +54,13 @@ def add_and_norm(
         - gamma, beta: :math:`(E)`
         - output: :math:`(*, E)`
     """
-    check_shapes("add_and_norm", x=(x, "... E"), sublayer_output=(sublayer_output, "... E"))
+    check_shapes(
+        "add_and_norm",
+        x=(x, "... E"),
+        sublayer_output=(sublayer_output, "... E"),
+        gamma=(gamma, "E"),
+        beta=(beta, "E"),
+    )
     if x.shape != sublayer_output.shape:
         raise ValueError(
             f"add_and_norm: 'sublayer_output' must have the shape of 'x' {tuple(x.shape)}, "

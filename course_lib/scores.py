@@ -58,11 +58,11 @@ def scaled_dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 
 def cosine_score(query: torch.Tensor, keys: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    r"""Cosine similarity :math:`q^\top k_s / \max(\lVert q\rVert \lVert k_s\rVert, \epsilon)`.
+    r"""Cosine similarity :math:`q^\top k_s / (\max(\lVert q\rVert, \epsilon)\, \max(\lVert k_s\rVert, \epsilon))`.
 
     The content-based score of Neural Turing Machines: it compares directions only, so it
-    lies in [-1, 1] whatever the vectors' lengths. ``eps`` guards zero vectors (as
-    :func:`torch.nn.functional.cosine_similarity` does).
+    lies in [-1, 1] whatever the vectors' lengths. ``eps`` guards zero vectors: each norm
+    is clamped separately, as :func:`torch.nn.functional.cosine_similarity` does.
 
     Shape:
         - query: :math:`(N, D)`
@@ -70,8 +70,9 @@ def cosine_score(query: torch.Tensor, keys: torch.Tensor, eps: float = 1e-8) -> 
         - output: :math:`(N, S)`
     """
     check_shapes("cosine_score", query=(query, "N D"), keys=(keys, "N S D"))
-    norms = query.norm(dim=-1, keepdim=True) * keys.norm(dim=-1)  # (N, 1) * (N, S) -> (N, S)
-    return dot_score(query, keys) / norms.clamp_min(eps)
+    q_norm = query.norm(dim=-1, keepdim=True).clamp_min(eps)  # (N, 1)
+    k_norm = keys.norm(dim=-1).clamp_min(eps)  # (N, S)
+    return dot_score(query, keys) / (q_norm * k_norm)
 
 
 def additive_score_projected(

@@ -125,6 +125,7 @@ class Seq2SeqAttention(nn.Module):
         if src_mask is None:
             src_mask = src != self.pad_id
         check_mask("Seq2SeqAttention.encode", src_mask, (dims["N"], dims["S"]), "(N, S)", name="src_mask")
+        src_mask = src_mask.expand(dims["N"], dims["S"])
         lengths = src_mask.sum(-1)  # (N,)
         packed = pack_padded_sequence(
             self.dropout(self.src_embed(src)), lengths.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False

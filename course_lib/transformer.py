@@ -181,7 +181,7 @@ class Transformer(nn.Module):
         """Run the encoder stack. Shapes: src (N, S, E), src_mask (N, S) -> memory (N, S, E)."""
         dims = check_shapes("Transformer.encode", src=(src, f"N S {self.d_model}"))
         check_mask("Transformer.encode", src_mask, (dims["N"], dims["S"]), "(N, S)", name="src_mask")
-        key_mask = None if src_mask is None else src_mask[:, None, None, :]  # (N, 1, 1, S)
+        key_mask = None if src_mask is None else src_mask.expand(dims["N"], dims["S"])[:, None, None, :]  # (N, 1, 1, S)
         x = src
         for layer in self.encoder_layers:
             x = layer(x, key_mask)
@@ -202,8 +202,8 @@ class Transformer(nn.Module):
         check_mask(fn, tgt_mask, (N, L), "(N, L)", name="tgt_mask")
         self_mask = causal_mask(L, device=tgt.device)  # (L, L)
         if tgt_mask is not None:
-            self_mask = self_mask & tgt_mask[:, None, None, :]  # (N, 1, L, L)
-        memory_mask = None if src_mask is None else src_mask[:, None, None, :]  # (N, 1, 1, S)
+            self_mask = self_mask & tgt_mask.expand(N, L)[:, None, None, :]  # (N, 1, L, L)
+        memory_mask = None if src_mask is None else src_mask.expand(N, S)[:, None, None, :]  # (N, 1, 1, S)
         x = tgt
         for layer in self.decoder_layers:
             x = layer(x, memory, self_mask, memory_mask)
