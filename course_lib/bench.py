@@ -18,16 +18,19 @@ from .transformer import EncoderLayer
 N, L, E, H, FF = 32, 128, 256, 8, 1024
 
 
-def _time(step, repeats: int) -> float:
-    """Median seconds of ``step()`` over ``repeats`` runs, after 3 warm-up runs."""
+def _time_pair(step_a, step_b, repeats: int) -> tuple[float, float]:
+    """Median seconds of ``step_a()`` and ``step_b()``, run alternately so that drift in the
+    machine's speed affects both alike; 3 warm-up runs each."""
     for _ in range(3):
-        step()
-    times = []
+        step_a()
+        step_b()
+    times_a, times_b = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for step, times in ((step_a, times_a), (step_b, times_b)):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times_a), statistics.median(times_b)
 
 
 def _fwd_bwd(module, call):
@@ -60,8 +63,7 @@ def main(repeats: int = 20, threads: int | None = None) -> int:
     rows.append(("EncoderLayer vs nn.TransformerEncoderLayer (post-LN, FF=1024)", our_layer,
                  lambda: our_layer(x), torch_layer, lambda: torch_layer(x)))
     for name, m_ours, f_ours, m_theirs, f_theirs in rows:
-        t_ours = _time(_fwd_bwd(m_ours, f_ours), repeats)
-        t_theirs = _time(_fwd_bwd(m_theirs, f_theirs), repeats)
+        t_ours, t_theirs = _time_pair(_fwd_bwd(m_ours, f_ours), _fwd_bwd(m_theirs, f_theirs), repeats)
         print(f"{name:<68}{t_ours * 1e3:>10.1f}ms{t_theirs * 1e3:>10.1f}ms{t_ours / t_theirs:>7.2f}x")
     return 0
 

@@ -39,10 +39,18 @@ class _Residual(nn.Module):
         return add_and_norm(x, self.dropout(sublayer(x)), self.norm.weight, self.norm.bias, self.norm.eps)
 
 
-def _check_relu(layer) -> None:
+def _check_compatible(ours: nn.Module, layer: nn.Module) -> None:
+    """Refuse to copy a PyTorch layer whose arrangement our layer would not reproduce."""
     act = getattr(layer, "activation", F.relu)
     if act is not F.relu and not isinstance(act, nn.ReLU):
-        raise ValueError(f"from_torch: only the ReLU activation is supported, got {act}")
+        raise ValueError(f"load_torch_: only the ReLU activation is supported, got {act}")
+    if layer.linear1.bias is None or layer.norm1.bias is None:
+        raise ValueError("load_torch_: PyTorch layers built with bias=False are not supported")
+    if layer.norm_first != ours.block1.norm_first or layer.norm1.eps != ours.block1.norm.eps:
+        raise ValueError(
+            f"load_torch_: the PyTorch layer has norm_first={layer.norm_first}, eps={layer.norm1.eps}; "
+            f"this layer has norm_first={ours.block1.norm_first}, eps={ours.block1.norm.eps}"
+        )
 
 
 class EncoderLayer(nn.Module):
@@ -80,7 +88,7 @@ class EncoderLayer(nn.Module):
 
     def load_torch_(self, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
         """Copy the weights of a :class:`torch.nn.TransformerEncoderLayer`."""
-        _check_relu(layer)
+        _check_compatible(self, layer)
         self.self_attn.load_state_dict(MultiHeadAttention.from_torch(layer.self_attn).state_dict())
         self.ff.load_linear_(layer.linear1, layer.linear2)
         self.block1.norm.load_state_dict(layer.norm1.state_dict())
@@ -127,7 +135,7 @@ class DecoderLayer(nn.Module):
 
     def load_torch_(self, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
         """Copy the weights of a :class:`torch.nn.TransformerDecoderLayer`."""
-        _check_relu(layer)
+        _check_compatible(self, layer)
         self.self_attn.load_state_dict(MultiHeadAttention.from_torch(layer.self_attn).state_dict())
         self.cross_attn.load_state_dict(MultiHeadAttention.from_torch(layer.multihead_attn).state_dict())
         self.ff.load_linear_(layer.linear1, layer.linear2)

@@ -99,3 +99,14 @@ def test_book_builds_strictly_from_clean(tmp_path):
     assert (html / "index.html").is_file()
     intro = (html / "book" / "intro.html").read_text()
     assert "Notation" in intro and "may attend" in intro
+
+
+def test_bench_subcommand_prints_a_ratio_per_case():
+    """Not a timed test: the benchmark must keep running and print its table."""
+    result = subprocess.run(
+        [sys.executable, "-m", "course_lib", "bench", "--repeats", "1"], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.rstrip().endswith("x")]
+    assert len(rows) == 3, result.stdout
+    assert all("nn." in row for row in rows)

@@ -262,3 +262,17 @@ def test_encoder_layer_without_positions_is_permutation_equivariant(seed, n, S, 
         out = layer(x, keep[:, None, None, :])
         out_p = layer(x[:, perm], keep[:, perm][:, None, None, :])
     torch.testing.assert_close(out_p, out[:, perm])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_load_torch_refuses_a_layer_with_the_other_norm_arrangement(norm_first):
+    theirs = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=not norm_first)
+    ours = EncoderLayer(16, 4, 32, dropout=0.0, norm_first=norm_first)
+    with pytest.raises(ValueError, match="norm_first"):
+        ours.load_torch_(theirs)
+
+
+def test_load_torch_refuses_a_layer_without_biases():
+    theirs = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True, bias=False)
+    with pytest.raises(ValueError, match="bias=False"):
+        DecoderLayer(16, 4, 32, dropout=0.0).load_torch_(theirs)
