@@ -35,6 +35,9 @@ def position_wise_feed_forward(
         - W_1: :math:`(E, F)`; b_1: :math:`(F)`
         - W_2: :math:`(F, E_{out})`; b_2: :math:`(E_{out})`
         - output: :math:`(*, E_{out})`
+
+    Returns:
+        One output vector per position, in the dtype of ``x`` when the weights share it.
     """
     check_shapes(
         "position_wise_feed_forward",

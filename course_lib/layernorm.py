@@ -32,6 +32,9 @@ def layer_norm(
         - x: :math:`(*, E)`
         - gamma, beta: :math:`(E)`
         - output: :math:`(*, E)`
+
+    Returns:
+        The normalised ``x``, in its dtype when ``gamma`` and ``beta`` share it.
     """
     check_shapes("layer_norm", x=(x, "... E"), gamma=(gamma, "E"), beta=(beta, "E"))
     var, mean = torch.var_mean(x, dim=-1, correction=0, keepdim=True)  # (*, 1) each
@@ -49,10 +52,19 @@ def add_and_norm(
 
     This is the post-LN arrangement of the original transformer.
 
+    Args:
+        x: the sublayer's input, carried by the residual connection.
+        sublayer_output: ``Sublayer(x)``; must have exactly the shape of ``x``.
+        gamma, beta: gain and bias of the layer norm, as in :func:`layer_norm`.
+        eps: added to the variance.
+
     Shape:
         - x, sublayer_output: :math:`(*, E)`
         - gamma, beta: :math:`(E)`
         - output: :math:`(*, E)`
+
+    Returns:
+        ``layer_norm(x + sublayer_output, gamma, beta, eps)``.
     """
     check_shapes(
         "add_and_norm",

@@ -34,6 +34,10 @@ def label_smoothing_loss(
         - logits: :math:`(N, C)`
         - target: :math:`(N)`, integer
         - output: scalar
+
+    Returns:
+        A 0-dim tensor in the dtype of ``logits``: the mean loss over the rows not ignored
+        (``NaN`` when every row is ignored).
     """
     fn = "label_smoothing_loss"
     check_shapes(fn, logits=(logits, "N C"))

@@ -21,6 +21,9 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     Shape:
         - tokens: :math:`(N, S)`
         - output: :math:`(N, S)`, bool, ``True`` at real tokens
+
+    Returns:
+        A new bool tensor on the device of ``tokens``, ``False`` where ``tokens == pad_id``.
     """
     check_shapes("padding_mask", floating=False, tokens=(tokens, "N S"))
     if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
@@ -39,6 +42,10 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> torch.Te
 
     Shape:
         - output: :math:`(L, L)`, bool, lower triangular
+
+    Returns:
+        A bool tensor on ``device`` (default: PyTorch's default device), ``True`` on and
+        below the diagonal.
     """
     check_positive_int("causal_mask", "size", size)
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()

@@ -21,27 +21,42 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Split the last dim into ``num_heads`` heads of width D = E / H.
 
     Head h owns columns ``h*D ... (h+1)*D - 1``. The transpose matters: a bare
-    ``view(N, H, L, D)`` would hand each head a slice of *tokens*, not of features.
+    ``reshape(N, H, L, D)`` would hand each head a slice of *tokens*, not of features.
+
+    Args:
+        x: token vectors, of any dtype.
+        num_heads: H; must divide E.
 
     Shape:
         - x: :math:`(N, L, E)`
         - output: :math:`(N, H, L, D)`
+
+    Returns:
+        The heads, same dtype; a view of ``x`` (no copy) when ``x`` is contiguous.
     """
     check_positive_int("split_heads", "num_heads", num_heads)
     dims = check_shapes("split_heads", floating=False, x=(x, "N L E"))
     N, L, E = dims["N"], dims["L"], dims["E"]
     if E % num_heads:
-        raise ValueError(f"split_heads: the last dim of 'x' (E={E}) is not divisible by num_heads={num_heads}")
+        raise ValueError(
+            f"split_heads: the last dim of 'x' (E={E}) is not divisible by num_heads={num_heads}"
+        )
     D = E // num_heads
-    return x.view(N, L, num_heads, D).transpose(1, 2)  # (N, H, L, D)
+    return x.reshape(N, L, num_heads, D).transpose(1, 2)  # (N, H, L, D)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """Concatenate heads back into one vector per token; the inverse of :func:`split_heads`.
 
+    Args:
+        x: per-head vectors, e.g. from :func:`split_heads`; of any dtype.
+
     Shape:
         - x: :math:`(N, H, L, D)`
         - output: :math:`(N, L, H \\cdot D)`
+
+    Returns:
+        The concatenated heads, same dtype as ``x``; head h fills columns ``h*D ... (h+1)*D - 1``.
     """
     dims = check_shapes("merge_heads", floating=False, x=(x, "N H L D"))
     N, H, L, D = dims["N"], dims["H"], dims["L"], dims["D"]
@@ -158,6 +173,13 @@ def multi_head_attention_sum_form(
     multiply head h's slice of the concatenation). Concatenating and then multiplying by
     ``W_o`` is a block matrix product, so this sum equals :func:`multi_head_attention`.
 
+    Args:
+        query, key, value: inputs, as in :func:`multi_head_attention`.
+        W_q, W_k, W_v: input projections (``x @ W``).
+        W_o: output projection; its row blocks :math:`W_o^{(h)}` weight each head.
+        num_heads: H; must divide E.
+        mask: boolean, ``True`` = may attend. No biases and no dropout in this form.
+
     Shape:
         as :func:`multi_head_attention`; output :math:`(N, L, E)`.
 
@@ -229,7 +251,9 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(m, nn.MultiheadAttention):
             raise TypeError(f"from_torch: expected nn.MultiheadAttention, got {type(m).__name__}")
         if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
-            raise ValueError("from_torch: kdim/vdim != embed_dim, add_bias_kv and add_zero_attn are not supported")
+            raise ValueError(
+                "from_torch: kdim/vdim != embed_dim, add_bias_kv and add_zero_attn are not supported"
+            )
         E = m.embed_dim
         new = cls(E, m.num_heads, bias=m.in_proj_bias is not None, dropout=m.dropout)
         new = new.to(dtype=m.in_proj_weight.dtype, device=m.in_proj_weight.device)

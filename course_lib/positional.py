@@ -42,6 +42,9 @@ def sinusoidal_positional_encoding(num_positions: int, d_model: int) -> torch.Te
     Shape:
         - output: :math:`(\text{num\_positions}, d_{model})`
 
+    Returns:
+        The table, float32, on PyTorch's default device; row p encodes position p.
+
     Raises:
         ValueError: ``d_model`` is odd or not positive, or ``num_positions`` is negative.
     """
@@ -71,6 +74,9 @@ def relative_position_matrix(offset: int, d_model: int) -> torch.Tensor:
 
     Shape:
         - output: :math:`(d_{model}, d_{model})`, float32
+
+    Returns:
+        M, computed in float64 and returned in float32, on PyTorch's default device.
     """
     fn = "relative_position_matrix"
     _check_d_model(fn, d_model)

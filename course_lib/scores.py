@@ -48,26 +48,44 @@ def scaled_dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     Dividing by :math:`\sqrt{D}` keeps the variance of the score near 1 when the entries
     of ``q`` and ``k`` have unit variance, so the softmax does not saturate as D grows.
 
+    Args:
+        query: one query vector per batch element.
+        keys: S key vectors per batch element, of the query's width D.
+
     Shape:
         - query: :math:`(N, D)`
         - keys: :math:`(N, S, D)`
         - output: :math:`(N, S)`
+
+    Returns:
+        Unnormalised scores, :func:`dot_score` divided by :math:`\sqrt{D}`.
     """
     check_shapes("scaled_dot_score", query=(query, "N D"), keys=(keys, "N S D"))
     return dot_score(query, keys) / math.sqrt(query.shape[-1])
 
 
 def cosine_score(query: torch.Tensor, keys: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    r"""Cosine similarity :math:`q^\top k_s / (\max(\lVert q\rVert, \epsilon)\, \max(\lVert k_s\rVert, \epsilon))`.
+    r"""Cosine similarity of the query with each key, with norms clamped at ``eps``.
+
+    .. math::
+        q^\top k_s / (\max(\lVert q\rVert, \epsilon)\, \max(\lVert k_s\rVert, \epsilon)).
 
     The content-based score of Neural Turing Machines: it compares directions only, so it
     lies in [-1, 1] whatever the vectors' lengths. ``eps`` guards zero vectors: each norm
     is clamped separately, as :func:`torch.nn.functional.cosine_similarity` does.
 
+    Args:
+        query: one query vector per batch element.
+        keys: S key vectors per batch element.
+        eps: lower bound on each norm; a zero query or key then scores 0, not ``NaN``.
+
     Shape:
         - query: :math:`(N, D)`
         - keys: :math:`(N, S, D)`
         - output: :math:`(N, S)`
+
+    Returns:
+        Scores in [-1, 1].
     """
     check_shapes("cosine_score", query=(query, "N D"), keys=(keys, "N S D"))
     q_norm = query.norm(dim=-1, keepdim=True).clamp_min(eps)  # (N, 1)
@@ -123,6 +141,9 @@ def additive_score(
         - W_k: :math:`(D_k, A)`
         - v: :math:`(A)`
         - output: :math:`(N, S)`
+
+    Returns:
+        Unnormalised scores.
     """
     check_shapes(
         "additive_score",
@@ -140,11 +161,19 @@ def multiplicative_score(query: torch.Tensor, keys: torch.Tensor, W: torch.Tenso
 
     A learned bilinear form; with ``W`` the identity it is :func:`dot_score`.
 
+    Args:
+        query: one query vector per batch element (e.g. the decoder state).
+        keys: S key vectors per batch element (e.g. the encoder annotations).
+        W: the learned matrix; query and keys may have different widths.
+
     Shape:
         - query: :math:`(N, D_q)`
         - keys: :math:`(N, S, D_k)`
         - W: :math:`(D_q, D_k)`
         - output: :math:`(N, S)`
+
+    Returns:
+        Unnormalised scores.
     """
     check_shapes("multiplicative_score", query=(query, "N Dq"), keys=(keys, "N S Dk"), W=(W, "Dq Dk"))
     return dot_score(query @ W, keys)

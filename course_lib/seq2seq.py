@@ -79,17 +79,29 @@ class Seq2SeqAttention(nn.Module):
     ):
         super().__init__()
         fn = "Seq2SeqAttention"
-        for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size),
-                            ("embed_dim", embed_dim), ("hidden_dim", hidden_dim), ("half_window", half_window)):
+        for name, value in (
+            ("src_vocab_size", src_vocab_size),
+            ("tgt_vocab_size", tgt_vocab_size),
+            ("embed_dim", embed_dim),
+            ("hidden_dim", hidden_dim),
+            ("half_window", half_window),
+        ):
             check_positive_int(fn, name, value)
         if attention not in _SCORES:
             raise ValueError(f"{fn}: argument 'attention' must be one of {list(_SCORES)}, got {attention!r}")
         score = score or _DEFAULT_SCORE[attention]
         if score not in _SCORES[attention]:
-            raise ValueError(f"{fn}: for attention={attention!r}, 'score' must be one of {list(_SCORES[attention])}, got {score!r}")
+            raise ValueError(
+                f"{fn}: for attention={attention!r}, 'score' must be one of "
+                f"{list(_SCORES[attention])}, got {score!r}"
+            )
         if local not in _LOCAL or (local and attention != "luong"):
-            raise ValueError(f"{fn}: argument 'local' must be one of {list(_LOCAL)} and needs attention='luong', got {local!r}")
-        self.attention, self.score, self.local, self.half_window, self.pad_id = attention, score, local, half_window, pad_id
+            raise ValueError(
+                f"{fn}: argument 'local' must be one of {list(_LOCAL)} and needs attention='luong', "
+                f"got {local!r}"
+            )
+        self.attention, self.score, self.local = attention, score, local
+        self.half_window, self.pad_id = half_window, pad_id
         E, H = embed_dim, hidden_dim
         self.src_embed = nn.Embedding(src_vocab_size, E, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, E, padding_idx=pad_id)
@@ -128,7 +140,10 @@ class Seq2SeqAttention(nn.Module):
         src_mask = src_mask.expand(dims["N"], dims["S"])
         lengths = src_mask.sum(-1)  # (N,)
         packed = pack_padded_sequence(
-            self.dropout(self.src_embed(src)), lengths.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False
+            self.dropout(self.src_embed(src)),
+            lengths.clamp_min(1).cpu(),
+            batch_first=True,
+            enforce_sorted=False,
         )
         out, h_n = self.encoder(packed)  # h_n: (2, N, H)
         annotations, _ = pad_packed_sequence(out, batch_first=True, total_length=dims["S"])  # (N, S, 2H)
@@ -155,7 +170,8 @@ class Seq2SeqAttention(nn.Module):
             center = torch.full_like(enc.lengths, t, dtype=h.dtype)  # (N,)
         else:
             center = enc.lengths.to(h.dtype) * torch.sigmoid(self.v_p(torch.tanh(self.W_p(h)))).squeeze(-1)
-        weights = local_attention_weights(scores.masked_fill(~enc.mask, float("-inf")), center, self.half_window)
+        masked_scores = scores.masked_fill(~enc.mask, float("-inf"))  # (N, S)
+        weights = local_attention_weights(masked_scores, center, self.half_window)
         context = (weights.unsqueeze(1) @ enc.memory).squeeze(1)  # (N, 1, S) @ (N, S, H) -> (N, H)
         return context, weights
 

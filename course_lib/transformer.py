@@ -139,7 +139,9 @@ class DecoderLayer(nn.Module):
         self.self_attn.load_state_dict(MultiHeadAttention.from_torch(layer.self_attn).state_dict())
         self.cross_attn.load_state_dict(MultiHeadAttention.from_torch(layer.multihead_attn).state_dict())
         self.ff.load_linear_(layer.linear1, layer.linear2)
-        for block, norm in zip((self.block1, self.block2, self.block3), (layer.norm1, layer.norm2, layer.norm3)):
+        for block, norm in zip(
+            (self.block1, self.block2, self.block3), (layer.norm1, layer.norm2, layer.norm3)
+        ):
             block.norm.load_state_dict(norm.state_dict())
         return self
 
@@ -176,7 +178,10 @@ class Transformer(nn.Module):
         eps: float = 1e-5,
     ):
         super().__init__()
-        for name, value in (("num_encoder_layers", num_encoder_layers), ("num_decoder_layers", num_decoder_layers)):
+        for name, value in (
+            ("num_encoder_layers", num_encoder_layers),
+            ("num_decoder_layers", num_decoder_layers),
+        ):
             check_positive_int("Transformer", name, value)
         self.d_model, self.nhead, self.norm_first = d_model, nhead, norm_first
         args = (d_model, nhead, dim_feedforward, dropout, norm_first, eps)
@@ -189,7 +194,8 @@ class Transformer(nn.Module):
         """Run the encoder stack. Shapes: src (N, S, E), src_mask (N, S) -> memory (N, S, E)."""
         dims = check_shapes("Transformer.encode", src=(src, f"N S {self.d_model}"))
         check_mask("Transformer.encode", src_mask, (dims["N"], dims["S"]), "(N, S)", name="src_mask")
-        key_mask = None if src_mask is None else src_mask.expand(dims["N"], dims["S"])[:, None, None, :]  # (N, 1, 1, S)
+        N, S = dims["N"], dims["S"]
+        key_mask = None if src_mask is None else src_mask.expand(N, S)[:, None, None, :]  # (N, 1, 1, S)
         x = src
         for layer in self.encoder_layers:
             x = layer(x, key_mask)
