@@ -241,6 +241,34 @@ class MultiHeadAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
         )
 
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Project and split keys and values into heads, for a KV cache.
+
+        Shape:
+            - key, value: :math:`(N, S, E)`
+            - output: two tensors of shape :math:`(N, H, S, D)`
+        """
+        k = split_heads(_linear(key, self.W_k, self.b_k), self.num_heads)  # (N, H, S, D)
+        v = split_heads(_linear(value, self.W_v, self.b_v), self.num_heads)  # (N, H, S, D)
+        return k, v
+
+    def attend(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None):
+        """Attention of new queries over already projected keys and values (from :meth:`project_kv`).
+
+        With the keys and values of every earlier position cached, a decoder step
+        projects only its own token: the cost of one step no longer grows with the
+        number of layers times the prefix length.
+
+        Shape:
+            - query: :math:`(N, L, E)`; k, v: :math:`(N, H, S, D)`
+            - mask: broadcastable to :math:`(N, H, L, S)`
+            - output: :math:`(N, L, E)`; weights: :math:`(N, H, L, S)`
+        """
+        q = split_heads(_linear(query, self.W_q, self.b_q), self.num_heads)  # (N, H, L, D)
+        p = self.dropout if self.training else 0.0
+        heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (N, H, L, D)
+        return _linear(merge_heads(heads), self.W_o, self.b_o), weights
+
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
         """Copy the weights of a :class:`torch.nn.MultiheadAttention` (either ``batch_first``).

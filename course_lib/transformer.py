@@ -133,6 +133,39 @@ class DecoderLayer(nn.Module):
         x = self.block2(x, cross_attend)
         return self.block3(x, self.ff)
 
+    def step(self, x: torch.Tensor, cache: dict, memory_mask=None) -> torch.Tensor:
+        """Decode one new position with a KV cache; equals the last row of :meth:`forward`.
+
+        ``cache`` holds this layer's self-attention keys and values of all earlier positions
+        (``"k"``, ``"v"``: (N, H, t, D), absent at t = 0; this call appends position t) and
+        the projected encoder memory (``"memory_k"``, ``"memory_v"``: (N, H, S, D)), which
+        :meth:`Transformer.start_cache` computes once per source batch.
+
+        Shape:
+            - x: :math:`(N, 1, E)`, the newest target position
+            - memory_mask: broadcastable to :math:`(N, H, 1, S)`
+            - output: :math:`(N, 1, E)`
+        """
+
+        def self_attend(h):
+            k, v = self.self_attn.project_kv(h, h)  # (N, H, 1, D) each
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)  # (N, H, t + 1, D)
+                v = torch.cat([cache["v"], v], dim=2)  # (N, H, t + 1, D)
+            cache["k"], cache["v"] = k, v
+            out, self.self_attn_weights = self.self_attn.attend(h, k, v)  # causal: only the past is cached
+            return out
+
+        def cross_attend(h):
+            out, self.cross_attn_weights = self.cross_attn.attend(
+                h, cache["memory_k"], cache["memory_v"], memory_mask
+            )
+            return out
+
+        x = self.block1(x, self_attend)
+        x = self.block2(x, cross_attend)
+        return self.block3(x, self.ff)
+
     def load_torch_(self, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
         """Copy the weights of a :class:`torch.nn.TransformerDecoderLayer`."""
         _check_compatible(self, layer)
@@ -221,6 +254,32 @@ class Transformer(nn.Module):
         x = tgt
         for layer in self.decoder_layers:
             x = layer(x, memory, self_mask, memory_mask)
+        return self.decoder_norm(x)
+
+    def start_cache(self, memory: torch.Tensor) -> list[dict]:
+        """One KV cache per decoder layer, holding the projected encoder memory."""
+        caches = []
+        for layer in self.decoder_layers:
+            k, v = layer.cross_attn.project_kv(memory, memory)  # (N, H, S, D) each
+            caches.append({"memory_k": k, "memory_v": v})
+        return caches
+
+    def decode_step(self, tgt: torch.Tensor, caches: list[dict], src_mask=None) -> torch.Tensor:
+        """Decode the newest target position with KV caches from :meth:`start_cache`.
+
+        Gives the same result as the last position of :meth:`decode` on the whole prefix,
+        at the cost of one position per layer instead of the whole prefix.
+
+        Shape:
+            - tgt: :math:`(N, 1, E)`, embedded, its position added
+            - src_mask: :math:`(N, S)`, ``True`` at real source tokens
+            - output: :math:`(N, 1, E)`
+        """
+        check_shapes("Transformer.decode_step", tgt=(tgt, f"N 1 {self.d_model}"))
+        memory_mask = None if src_mask is None else src_mask[:, None, None, :]  # (N, 1, 1, S)
+        x = tgt
+        for layer, cache in zip(self.decoder_layers, caches):
+            x = layer.step(x, cache, memory_mask)
         return self.decoder_norm(x)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> torch.Tensor:

@@ -1,0 +1,122 @@
+"""Complete token-to-token models for the toy tasks, and the decoding interface they share.
+
+Both models expose the same three methods, which :mod:`course_lib.decoding` uses for
+greedy and beam search:
+
+- ``start(src) -> state``: encode a batch of sources once;
+- ``next_log_probs(state, y_prev) -> (log_probs (N, V), state, weights)``: one decoder step;
+- the state is a dict of tensors with the batch first, so beam search can reorder it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from ._checks import check_shapes
+from .positional import SinusoidalPositionalEncoding
+from .seq2seq import Seq2SeqAttention
+from .tasks import PAD
+from .transformer import Transformer
+
+__all__ = ["TransformerSeq2Seq", "RNNSeq2Seq", "build_model", "MODELS"]
+
+
+class TransformerSeq2Seq(nn.Module):
+    """Token embeddings (scaled by sqrt(d_model)), sinusoidal positions, a :class:`Transformer`,
+    and a linear layer to target-vocabulary logits.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes.
+        d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout,
+            norm_first: as :class:`Transformer`.
+        max_len: the longest sequence (source or target, ``<bos>`` included).
+        pad_id: the id of ``<pad>``.
+
+    Shape:
+        - src: :math:`(N, S)`; tgt_in: :math:`(N, T)`; output: :math:`(N, T, V_{tgt})`
+    """
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=64, nhead=4, num_encoder_layers=2,
+                 num_decoder_layers=2, dim_feedforward=256, dropout=0.1, norm_first=True, max_len=256,
+                 pad_id=PAD):
+        super().__init__()
+        self.pad_id, self.d_model = pad_id, d_model
+        self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
+        self.pos = SinusoidalPositionalEncoding(d_model, max_len=max_len, dropout=dropout)
+        self.transformer = Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers,
+                                       dim_feedforward, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+
+    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        return self.pos(embedding(tokens) * math.sqrt(self.d_model), start=start)  # (N, T, E)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits for every target position."""
+        check_shapes("TransformerSeq2Seq", floating=False, src=(src, "N S"), tgt_in=(tgt_in, "N T"))
+        src_mask, tgt_mask = src != self.pad_id, tgt_in != self.pad_id
+        out = self.transformer(self._embed(self.src_embed, src), self._embed(self.tgt_embed, tgt_in),
+                               src_mask, tgt_mask)
+        return self.generator(out)  # (N, T, V)
+
+    def start(self, src: torch.Tensor, use_cache: bool = True) -> dict:
+        """Encode ``src``; with ``use_cache`` the decoder keeps keys and values (a KV cache),
+        otherwise it recomputes the whole prefix at every step."""
+        src_mask = src != self.pad_id
+        memory = self.transformer.encode(self._embed(self.src_embed, src), src_mask)
+        state = {"src_mask": src_mask, "t": 0}
+        if use_cache:
+            state["caches"] = self.transformer.start_cache(memory)
+        else:
+            state["memory"] = memory
+            state["prefix"] = src.new_zeros(src.shape[0], 0)
+        return state
+
+    def next_log_probs(self, state: dict, y_prev: torch.Tensor):
+        """Feed the previous token; returns log-probabilities of the next one."""
+        t = state["t"]
+        if "caches" in state:
+            x = self._embed(self.tgt_embed, y_prev[:, None], start=t)  # (N, 1, E)
+            h = self.transformer.decode_step(x, state["caches"], state["src_mask"])[:, -1]  # (N, E)
+            weights = self.transformer.decoder_layers[-1].cross_attn_weights[:, :, -1]  # (N, H, S)
+            state = {**state, "t": t + 1}
+        else:
+            prefix = torch.cat([state["prefix"], y_prev[:, None]], dim=1)  # (N, t + 1)
+            out = self.transformer.decode(self._embed(self.tgt_embed, prefix), state["memory"], state["src_mask"])
+            h = out[:, -1]  # (N, E)
+            weights = self.transformer.decoder_layers[-1].cross_attn_weights[:, :, -1]  # (N, H, S)
+            state = {**state, "prefix": prefix, "t": t + 1}
+        return torch.log_softmax(self.generator(h), dim=-1), state, weights.mean(1)  # (N, V), ..., (N, S)
+
+
+class RNNSeq2Seq(Seq2SeqAttention):
+    """:class:`Seq2SeqAttention` with the decoding interface of :class:`TransformerSeq2Seq`."""
+
+    def start(self, src: torch.Tensor, use_cache: bool = True) -> dict:
+        enc, rnn_state = self.encode(src)
+        if isinstance(rnn_state, tuple):
+            rnn_state = {"h": rnn_state[0], "h_tilde": rnn_state[1]}
+        return {"enc": enc, "rnn": rnn_state, "t": 0}
+
+    def next_log_probs(self, state: dict, y_prev: torch.Tensor):
+        rnn = state["rnn"]
+        rnn = (rnn["h"], rnn["h_tilde"]) if isinstance(rnn, dict) else rnn
+        logits, rnn, weights = self.step(y_prev, rnn, state["enc"], state["t"])
+        if isinstance(rnn, tuple):
+            rnn = {"h": rnn[0], "h_tilde": rnn[1]}
+        return torch.log_softmax(logits, dim=-1), {**state, "rnn": rnn, "t": state["t"] + 1}, weights
+
+
+MODELS = ("transformer", "bahdanau", "luong")
+
+
+def build_model(name: str, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -> nn.Module:
+    """Build ``transformer``, ``bahdanau`` or ``luong`` with the given vocabulary sizes."""
+    if name == "transformer":
+        return TransformerSeq2Seq(src_vocab_size, tgt_vocab_size, **kwargs)
+    if name in ("bahdanau", "luong"):
+        return RNNSeq2Seq(src_vocab_size, tgt_vocab_size, attention=name, **kwargs)
+    raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
