@@ -15,6 +15,7 @@ multiply from the right (``x @ W``); attention functions return ``(output, weigh
 """
 
 from .attention import scaled_dot_product_attention, self_attention
+from .efficient import sliding_window_attention, sliding_window_mask, tiled_attention
 from .feedforward import PositionwiseFeedForward, position_wise_feed_forward
 from .layernorm import LayerNorm, add_and_norm, layer_norm
 from .losses import label_smoothing_loss
@@ -72,4 +73,7 @@ __all__ = [
     "DecoderLayer",
     "Transformer",
     "Seq2SeqAttention",
+    "tiled_attention",
+    "sliding_window_mask",
+    "sliding_window_attention",
 ]

@@ -1,0 +1,201 @@
+"""Efficient attention: tiled attention with an online softmax, and sliding-window attention.
+
+Both give the same result as :func:`course_lib.scaled_dot_product_attention` (with the
+corresponding mask) while avoiding the work or the memory of the full (L, S) score matrix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import check_mask, check_positive_int, check_shapes
+from .softmax import masked_softmax
+
+__all__ = ["tiled_attention", "sliding_window_mask", "sliding_window_attention"]
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    block_size: int = 128,
+) -> torch.Tensor:
+    r"""Attention computed one block of keys at a time, with an online softmax.
+
+    The forward pass of FlashAttention (Dao et al., 2022) without its GPU kernel. For each
+    block of ``block_size`` keys it computes that block's scores only, then folds them
+    into three running quantities per query: the maximum score :math:`m`, the softmax
+    denominator :math:`\ell = \sum_s e^{x_s - m}` and the unnormalised output
+    :math:`a = \sum_s e^{x_s - m} v_s`. When a block raises the maximum from
+    :math:`m` to :math:`m'`, the old :math:`\ell` and :math:`a` are rescaled by
+    :math:`e^{m - m'}`; at the end the output is :math:`a / \ell`.
+
+    The result equals ``scaled_dot_product_attention(q, k, v, mask)[0]``, but the largest
+    temporary is one block of scores, :math:`(*, L, \text{block\_size})`, instead of the
+    :math:`(*, L, S)` scores and weights: extra memory grows with
+    :math:`L \cdot \text{block\_size}`, not :math:`L \cdot S`. That holds for inference
+    (``torch.no_grad()``); under autograd, PyTorch saves every block's probabilities for
+    the backward pass, which is :math:`O(L \cdot S)` again (FlashAttention's own backward
+    recomputes them instead). The weights are never formed, so only the output is returned.
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        mask: boolean, ``True`` = query l may attend to key s.
+        block_size: the number of keys per block, a positive int.
+
+    Shape:
+        - q: :math:`(*, L, D)`
+        - k: :math:`(*, S, D)`
+        - v: :math:`(*, S, D_v)`
+        - mask: broadcastable to :math:`(*, L, S)`
+        - output: :math:`(*, L, D_v)`
+
+    Returns:
+        The attention output. A fully masked row gives a zero output.
+    """
+    fn = "tiled_attention"
+    dims = check_shapes(fn, q=(q, "... L D"), k=(k, "... S D"), v=(v, "... S Dv"))
+    batch, L, S = dims["..."], dims["L"], dims["S"]
+    check_mask(fn, mask, (*batch, L, S), "(..., L, S)")
+    check_positive_int(fn, "block_size", block_size)
+    if mask is not None:
+        mask = mask.expand(*batch, L, S)  # (*, L, S), a view: no memory, but sliceable by key
+    q = q / math.sqrt(dims["D"])
+    m = q.new_full((*batch, L, 1), float("-inf"))  # running max of the scores seen so far
+    denom = q.new_zeros((*batch, L, 1))  # running sum of exp(score - m)
+    acc = q.new_zeros((*batch, L, dims["Dv"]))  # running sum of exp(score - m) * v
+    for start in range(0, S, block_size):
+        keys = slice(start, start + block_size)
+        scores = q @ k[..., keys, :].transpose(-2, -1)  # (*, L, D) @ (*, D, B) -> (*, L, B)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., keys], float("-inf"))
+        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (*, L, 1)
+        # A row with no allowed key yet has m_new = -inf; subtracting 0 instead keeps
+        # exp(-inf - (-inf)) = NaN out: its terms below are exp(-inf) = 0.
+        m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # (*, L, 1)
+        p = torch.sub(scores, m_safe).exp_()  # (*, L, B), every exponent <= 0
+        rescale = torch.exp(m - m_safe)  # (*, L, 1), 0 while m = -inf
+        denom = rescale * denom + p.sum(dim=-1, keepdim=True)
+        acc = rescale * acc + p @ v[..., keys, :]  # (*, L, B) @ (*, B, Dv) -> (*, L, Dv)
+        m = m_new
+    return acc / denom.masked_fill(denom == 0, 1.0)  # fully masked row: 0 / 1 = 0
+
+
+def _check_window(fn: str, window) -> int:
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"{fn}: argument 'window' must be an int, got {type(window).__name__}")
+    if window < 0:
+        raise ValueError(f"{fn}: argument 'window' must be >= 0, got {window}")
+    return window
+
+
+def sliding_window_mask(
+    L: int,
+    S: int | None = None,
+    *,
+    window: int,
+    causal: bool = False,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    r"""The sliding-window (local) attention mask: query i may attend to key j iff it is near.
+
+    Without ``causal``, query i may attend to key j iff :math:`|i - j| \le r`, with
+    :math:`r` = ``window``; with ``causal``, iff :math:`0 \le i - j \le r` (itself and the
+    :math:`r` keys before it). Positions count from 0 in both sequences.
+
+    Args:
+        L: the number of queries.
+        S: the number of keys (default: ``L``).
+        window: :math:`r`, how far a query may look, an int >= 0.
+        causal: look only backwards.
+        device: where to create the mask.
+
+    Shape:
+        - output: :math:`(L, S)`, bool, a band around the diagonal
+
+    Returns:
+        A bool tensor on ``device``, ``True`` = may attend.
+    """
+    fn = "sliding_window_mask"
+    check_positive_int(fn, "L", L)
+    S = L if S is None else check_positive_int(fn, "S", S)
+    _check_window(fn, window)
+    offset = torch.arange(L, device=device)[:, None] - torch.arange(S, device=device)  # (L, S), i - j
+    if causal:
+        return (offset >= 0) & (offset <= window)
+    return offset.abs() <= window
+
+
+def sliding_window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    causal: bool = False,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Attention in which each query sees only the keys within ``window`` positions.
+
+    The same result as ``scaled_dot_product_attention(q, k, v, band & mask)`` with
+    ``band = sliding_window_mask(L, S, window=window, causal=causal)``, computed on the
+    band only: the keys of each query's window are gathered into a
+    :math:`(*, L, W)` block, :math:`W = 2r + 1` (or :math:`r + 1` if ``causal``), by
+    padding ``k`` and ``v`` and taking ``unfold`` windows. Scores, softmax and the
+    weighted sum of values then cost :math:`O(L \cdot r \cdot D)` time and memory instead
+    of :math:`O(L \cdot S \cdot D)`; window slots that fall on the padding get weight 0.
+    Only returning the weights as an :math:`(*, L, S)` matrix (mostly zeros) costs
+    :math:`O(L \cdot S)` memory.
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        window: :math:`r`, how far a query may look, an int >= 0 (see
+            :func:`sliding_window_mask`).
+        causal: look only backwards, at keys :math:`i - r, \dots, i`.
+        mask: an extra boolean mask, ``True`` = may attend, combined with the window by
+            logical and.
+
+    Shape:
+        - q: :math:`(*, L, D)`
+        - k: :math:`(*, S, D)`
+        - v: :math:`(*, S, D_v)`
+        - mask: broadcastable to :math:`(*, L, S)`
+        - output: :math:`(*, L, D_v)`
+        - weights: :math:`(*, L, S)`
+
+    Returns:
+        ``(output, weights)``. A query with no allowed key gives zero weights and a zero
+        output.
+    """
+    fn = "sliding_window_attention"
+    dims = check_shapes(fn, q=(q, "... L D"), k=(k, "... S D"), v=(v, "... S Dv"))
+    batch, L, S = dims["..."], dims["L"], dims["S"]
+    check_mask(fn, mask, (*batch, L, S), "(..., L, S)")
+    r = min(_check_window(fn, window), max(L, S) - 1)  # a wider window changes nothing
+    before, after = r, (0 if causal else r)  # the window of query i: keys i - before .. i + after
+    W = before + 1 + after
+    pad = (before, max(0, L + after - S))  # keys before 0 and after S - 1, as zero vectors
+    # Slot w of query i holds key j = i - before + w; padded key index i + w.
+    slot = torch.arange(L, device=q.device)[:, None] + torch.arange(W, device=q.device)  # (L, W)
+    key = slot - before  # (L, W)
+    band = (key >= 0) & (key < S)  # (L, W): the slot falls on a real key
+    if mask is not None:
+        index = key.clamp(0, S - 1).expand(*batch, L, W)  # (*, L, W)
+        band = band & mask.expand(*batch, L, S).gather(-1, index)  # (*, L, W)
+    k_win = F.pad(k, (0, 0, *pad)).unfold(-2, W, 1)[..., :L, :, :]  # (*, L, D, W)
+    v_win = F.pad(v, (0, 0, *pad)).unfold(-2, W, 1)[..., :L, :, :]  # (*, L, Dv, W)
+    q = q.unsqueeze(-2) / math.sqrt(dims["D"])  # (*, L, 1, D)
+    scores = (q @ k_win).squeeze(-2)  # (*, L, 1, D) @ (*, L, D, W) -> (*, L, W)
+    band_weights = masked_softmax(scores, band)  # (*, L, W)
+    output = (v_win @ band_weights.unsqueeze(-1)).squeeze(-1)  # (*, L, Dv, W) @ (*, L, W, 1) -> (*, L, Dv)
+    # Put slot w of query i in padded column i + w, then drop the padding columns.
+    padded = q.new_zeros((*batch, L, before + S + pad[1]))  # (*, L, S + padding)
+    weights = padded.scatter(-1, slot.expand_as(band_weights), band_weights)  # (*, L, S + padding)
+    return output, weights[..., before : before + S]  # (*, L, S)
