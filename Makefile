@@ -25,8 +25,12 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# Benchmarks print numbers (no timed tests): attention speed vs PyTorch, training to the
+# accuracy targets and reproducibility, KV-cache decoding, tiled-attention memory.
 bench: $(STAMP)
 	$(BIN)/course-lib bench
+	$(BIN)/python -m course_lib.bench_models
+	$(BIN)/python -m course_lib.bench_memory
 
 # Regenerate constraints.txt from the current environment (after changing dependencies).
 constraints: $(STAMP)

@@ -54,14 +54,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
-    import torch
-
     from .decoding import beam_search, greedy_decode
     from .training import load_checkpoint
 
     model, task, _ = load_checkpoint(args.checkpoint)
     try:
-        src = torch.tensor([task.src_vocab.encode(task.parse(args.input))])
+        src, _, _ = task.batch([(task.parse(args.input), [])])  # (1, S)
     except ValueError as err:
         print(f"course-lib decode: cannot read {args.input!r} as {task.name} input: {err}", file=sys.stderr)
         return 2

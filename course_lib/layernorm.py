@@ -37,8 +37,10 @@ def layer_norm(
         The normalised ``x``, in its dtype when ``gamma`` and ``beta`` share it.
     """
     check_shapes("layer_norm", x=(x, "... E"), gamma=(gamma, "E"), beta=(beta, "E"))
-    var, mean = torch.var_mean(x, dim=-1, correction=0, keepdim=True)  # (*, 1) each
-    return (x - mean) * torch.rsqrt(var + eps) * gamma + beta
+    centred = x - x.mean(dim=-1, keepdim=True)  # (*, E)
+    var = (centred * centred).mean(dim=-1, keepdim=True)  # (*, 1), biased: divide by E
+    # (torch.var_mean would read better but runs ~10x slower on CPU for small last dims.)
+    return centred * torch.rsqrt(var + eps) * gamma + beta
 
 
 def add_and_norm(

@@ -50,6 +50,12 @@ class TransformerSeq2Seq(nn.Module):
         self.transformer = Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers,
                                        dim_feedforward, dropout, norm_first)
         self.generator = nn.Linear(d_model, tgt_vocab_size)
+        for embedding in (self.src_embed, self.tgt_embed):
+            # std d^-1/2, so that after the sqrt(d) scaling tokens and positions have the same
+            # scale (nn.Embedding's N(0, 1) would drown the positions 8-fold at d = 64).
+            nn.init.normal_(embedding.weight, std=d_model**-0.5)
+            with torch.no_grad():
+                embedding.weight[pad_id].zero_()
 
     def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         return self.pos(embedding(tokens) * math.sqrt(self.d_model), start=start)  # (N, T, E)

@@ -100,12 +100,15 @@ class Task:
     def batch(self, examples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pad a list of examples into ``(src, tgt_in, tgt_out)`` id tensors.
 
+        The source ends with ``<eos>`` too: a marker at the end of the real tokens lets
+        attention find positions relative to the end (reversing needs exactly that).
+
         Shape:
-            - src: :math:`(N, S)`, padded with ``<pad>``
+            - src: :math:`(N, S)`, the source then ``<eos>``, padded with ``<pad>``
             - tgt_in: :math:`(N, T)`, ``<bos>`` then the target
             - tgt_out: :math:`(N, T)`, the target then ``<eos>``
         """
-        srcs = [self.src_vocab.encode(s) for s, _ in examples]
+        srcs = [self.src_vocab.encode(s) + [EOS] for s, _ in examples]
         tgts = [self.tgt_vocab.encode(t) for _, t in examples]
         S, T = max(map(len, srcs)), max(map(len, tgts)) + 1
         src = torch.full((len(examples), S), PAD, dtype=torch.long)

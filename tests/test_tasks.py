@@ -69,7 +69,7 @@ def test_batch_pads_and_adds_bos_and_eos():
     examples = [(["1", "2", "3"], ["3", "2", "1"]), (["4"], ["4"])]
     src, tgt_in, tgt_out = task.batch(examples)
     one, two, three, four = (task.src_vocab.encode([c])[0] for c in "1234")
-    assert src.tolist() == [[one, two, three], [four, PAD, PAD]]
+    assert src.tolist() == [[one, two, three, EOS], [four, EOS, PAD, PAD]]
     assert tgt_in.tolist() == [[BOS, three, two, one], [BOS, four, PAD, PAD]]
     assert tgt_out.tolist() == [[three, two, one, EOS], [four, EOS, PAD, PAD]]
     assert src.dtype == torch.long

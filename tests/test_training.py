@@ -1,0 +1,119 @@
+"""Specification of training, evaluation, checkpoints and the train/evaluate/decode commands.
+
+These runs are tiny (a few steps): they check behaviour, not accuracy. The accuracy
+targets are shown by `make bench` (course_lib/bench_models.py).
+"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from course_lib.decoding import greedy_decode
+from course_lib.training import _lr_factor, default_config, evaluate, load_checkpoint, train
+
+TINY = dict(steps=6, batch_size=16, warmup=2)
+
+
+def tiny(task="reverse", model="transformer", seed=0, **kw):
+    config = default_config(task, model, seed=seed, **{**TINY, **kw})
+    if model == "transformer":
+        config.model_kwargs = dict(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                                   dim_feedforward=32, dropout=0.1, max_len=40)
+    else:
+        config.model_kwargs = dict(embed_dim=8, hidden_dim=16)
+    return config
+
+
+@pytest.mark.parametrize("model", ["transformer", "bahdanau"])
+def test_same_seed_gives_same_weights_and_metrics(model, monkeypatch):
+    monkeypatch.setattr("course_lib.training.evaluate", lambda m, t, n, seed: evaluate(m, t, n=50, seed=seed))
+    a_model, _, a = train(tiny(model=model), progress=False)
+    b_model, _, b = train(tiny(model=model), progress=False)
+    assert a["final_loss"] == b["final_loss"] and a["test_exact_accuracy"] == b["test_exact_accuracy"]
+    for (name, p), q in zip(a_model.state_dict().items(), b_model.state_dict().values()):
+        assert torch.equal(p, q), name
+    c_model, _, c = train(tiny(model=model, seed=1), progress=False)
+    assert c["final_loss"] != a["final_loss"]
+
+
+def test_training_lowers_the_loss():
+    _, _, short = train(tiny(steps=2), progress=False)
+    _, _, longer = train(tiny(steps=60, batch_size=32), progress=False)
+    assert longer["final_loss"] < short["final_loss"]
+
+
+def test_checkpoint_round_trip_gives_the_same_outputs(tmp_path):
+    model, task, metrics = train(tiny(task="dates", model="luong"), out=tmp_path / "m.pt", progress=False)
+    loaded, loaded_task, ckpt = load_checkpoint(tmp_path / "m.pt")
+    assert ckpt["metrics"] == metrics and loaded_task.name == "dates"
+    src, _, _ = task.batch(task.examples("test", 5, seed=0))
+    assert torch.equal(greedy_decode(model.eval(), src, 11), greedy_decode(loaded, src, 11))
+
+
+def test_evaluate_counts_exact_matches_only():
+    class Oracle(torch.nn.Module):
+        """Answers every reverse question right except sequences starting with '7'."""
+
+        def start(self, src, use_cache=True):
+            return {"src": src, "t": 0}
+
+        def next_log_probs(self, state, y_prev):
+            src, t = state["src"], state["t"]
+            lengths = (src > 2).sum(1)
+            out = torch.full((src.shape[0], 13), -1e9)
+            for i in range(src.shape[0]):
+                token = src[i, lengths[i] - 1 - t] if t < lengths[i] else 2  # reversed, then <eos>
+                if src[i, 0] == task.src_vocab.encode(["7"])[0]:
+                    token = 2  # give up at once
+                out[i, token] = 0.0
+            return out, {"src": src, "t": t + 1}, torch.zeros(src.shape[0], src.shape[1])
+
+    from course_lib.tasks import get_task
+
+    task = get_task("reverse")
+    examples = task.examples("test", 200, seed=0)
+    expected = sum(src[0] != "7" for src, _ in examples) / 200
+    assert evaluate(Oracle(), task, n=200, seed=0) == pytest.approx(expected)
+    assert 0.8 < expected < 1.0
+
+
+def test_learning_rate_warms_up_then_decays_to_zero():
+    factors = [_lr_factor(s, warmup=10, total=100) for s in range(100)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(factors[9:], factors[10:]))
+    assert factors[-1] < 0.001
+
+
+def test_unknown_model_or_task_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown model 'gpt'"):
+        default_config("reverse", "gpt")
+    with pytest.raises(ValueError, match="unknown task 'french'"):
+        default_config("french", "transformer")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "course_lib", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_train_evaluate_decode(tmp_path):
+    ckpt = tmp_path / "rev.pt"
+    result = run_cli("train", "reverse", "--model", "transformer", "--steps", "3", "--seed", "2", "--out", str(ckpt))
+    assert result.returncode == 0, result.stderr
+    assert "held-out exact-sequence accuracy:" in result.stdout and ckpt.is_file()
+    assert "reverse" in result.stderr  # the tqdm progress bar
+    result = run_cli("evaluate", str(ckpt), "--n", "20", "--seed", "5")
+    assert result.returncode == 0, result.stderr
+    assert "on 20 fresh reverse test sequences (seed 5)" in result.stdout
+    for extra in ([], ["--beam", "3"]):
+        result = run_cli("decode", str(ckpt), "3 1 4 1 5", *extra)
+        assert result.returncode == 0, result.stderr
+        assert all(tok.isdigit() for tok in result.stdout.split())
+    result = run_cli("decode", str(ckpt), "3 x 4")
+    assert result.returncode == 2 and "cannot read '3 x 4' as reverse input" in result.stderr
+
+
+def test_cli_rejects_an_unknown_task():
+    result = run_cli("train", "french")
+    assert result.returncode == 2 and "invalid choice: 'french'" in result.stderr
