@@ -4,10 +4,14 @@
 # Both create .venv and install the pinned environment when needed, and skip that when
 # it is already up to date.
 
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+PYTHON   ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+STAMP    := $(VENV)/.installed
+# The browser test drives Debian's chromium (Playwright's own browser download is not
+# allowed here); installed from the Debian registry when missing.
+CHROMIUM := /usr/bin/chromium
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: book test bench env constraints clean
 
@@ -22,7 +26,13 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-test: $(STAMP)
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium
+
+# The suite includes the browser test of the built book, so the book is built first
+# (strictly; unchanged chapters come from the execution cache).
+test: $(STAMP) $(CHROMIUM) book
 	$(BIN)/python -m pytest
 
 # Benchmarks print numbers (no timed tests): attention speed vs PyTorch, training to the

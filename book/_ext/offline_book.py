@@ -1,0 +1,45 @@
+"""Make the built book work offline and open without console errors.
+
+- MathJax 3 is served from the built site instead of a CDN. Its files come from the
+  ``django-static-mathjax`` package (a registry package that ships MathJax's ``es5``
+  build), so building and reading the book need no network.
+- sphinx-thebe registers its inline configuration script once per read of the sources;
+  Jupyter Book reads twice, and the second ``const THEBE_JS_URL`` is a JavaScript error
+  in every page. Identical scripts are emitted once.
+"""
+
+import shutil
+from pathlib import Path
+
+import mathjax  # django-static-mathjax
+
+ES5 = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+
+
+def _use_local_mathjax(app, config):
+    config.mathjax_path = "mathjax/tex-mml-chtml.js"  # relative: served from _static/
+
+
+def _copy_mathjax(app, exception):
+    if exception is None and app.builder.format == "html":
+        shutil.copytree(ES5, Path(app.outdir) / "_static" / "mathjax", dirs_exist_ok=True)
+
+
+def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        # An inline script's file name is None from one caller and "" from another.
+        key = str(script).replace("_JavaScript(None,", "_JavaScript('',")
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
+def setup(app):
+    if not (ES5 / "tex-mml-chtml.js").is_file():
+        raise RuntimeError(f"MathJax not found at {ES5}; install django-static-mathjax")
+    app.connect("config-inited", _use_local_mathjax, priority=900)
+    app.connect("html-page-context", _drop_duplicate_scripts)
+    app.connect("build-finished", _copy_mathjax)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
