@@ -2,7 +2,7 @@
 
 Run with ``python -m course_lib.bench_memory [--size L]``. Each variant runs in a fresh
 process (one CPU thread, ``torch.no_grad()``), which reports its peak resident set size
-(``ru_maxrss``) and the wall time of the attention call. Every process first runs each
+(``VmHWM``) and the wall time of the attention call. Every process first runs each
 variant once at L = S = 16, so that loading the math libraries' code (about 40 MiB) is
 paid before the measurement; the ``baseline`` process does only that and allocates q, k
 and v. Subtracting its peak gives each variant's extra memory. The target is tiled peak
@@ -37,7 +37,18 @@ VARIANTS = {
 
 
 def _peak_rss_mib() -> float:
-    """This process's peak resident set size in MiB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    """This process's peak resident set size in MiB.
+
+    On Linux this is ``VmHWM`` from ``/proc/self/status``: ``ru_maxrss`` would be wrong
+    here, because a process started by fork + exec inherits its parent's peak (a large
+    parent, such as a Jupyter kernel, would set every variant's number). Elsewhere it
+    falls back to ``ru_maxrss`` (bytes on macOS).
+    """
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**10  # kB
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
