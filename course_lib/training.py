@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm  # the text bar: tqdm.auto needs ipywidgets in notebooks
 
 from .decoding import greedy_decode
 from .losses import label_smoothing_loss
@@ -75,7 +75,15 @@ def train(config: TrainConfig, out: str | Path | None = None, progress: bool = T
         progress: show a tqdm progress bar with loss and token accuracy.
         threads: torch threads (default: every core).
     """
-    torch.set_num_threads(threads or torch.get_num_threads())
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or previous_threads)
+    try:
+        return _train(config, out, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train(config: TrainConfig, out, progress: bool):
     torch.manual_seed(config.seed)
     task = get_task(config.task, **config.task_kwargs)
     model = build_model(config.model, len(task.src_vocab), len(task.tgt_vocab), **config.model_kwargs)
