@@ -87,14 +87,13 @@ class TransformerSeq2Seq(nn.Module):
         if "caches" in state:
             x = self._embed(self.tgt_embed, y_prev[:, None], start=t)  # (N, 1, E)
             h = self.transformer.decode_step(x, state["caches"], state["src_mask"])[:, -1]  # (N, E)
-            weights = self.transformer.decoder_layers[-1].cross_attn_weights[:, :, -1]  # (N, H, S)
             state = {**state, "t": t + 1}
         else:
             prefix = torch.cat([state["prefix"], y_prev[:, None]], dim=1)  # (N, t + 1)
             out = self.transformer.decode(self._embed(self.tgt_embed, prefix), state["memory"], state["src_mask"])
             h = out[:, -1]  # (N, E)
-            weights = self.transformer.decoder_layers[-1].cross_attn_weights[:, :, -1]  # (N, H, S)
             state = {**state, "prefix": prefix, "t": t + 1}
+        weights = self.transformer.decoder_layers[-1].cross_attn_weights[:, :, -1]  # (N, H, S), newest query
         return torch.log_softmax(self.generator(h), dim=-1), state, weights.mean(1)  # (N, V), ..., (N, S)
 
 
@@ -102,18 +101,12 @@ class RNNSeq2Seq(Seq2SeqAttention):
     """:class:`Seq2SeqAttention` with the decoding interface of :class:`TransformerSeq2Seq`."""
 
     def start(self, src: torch.Tensor, use_cache: bool = True) -> dict:
-        enc, rnn_state = self.encode(src)
-        if isinstance(rnn_state, tuple):
-            rnn_state = {"h": rnn_state[0], "h_tilde": rnn_state[1]}
+        enc, rnn_state = self.encode(src)  # rnn_state: a tensor, or a (h, h~) tuple for Luong
         return {"enc": enc, "rnn": rnn_state, "t": 0}
 
     def next_log_probs(self, state: dict, y_prev: torch.Tensor):
-        rnn = state["rnn"]
-        rnn = (rnn["h"], rnn["h_tilde"]) if isinstance(rnn, dict) else rnn
-        logits, rnn, weights = self.step(y_prev, rnn, state["enc"], state["t"])
-        if isinstance(rnn, tuple):
-            rnn = {"h": rnn[0], "h_tilde": rnn[1]}
-        return torch.log_softmax(logits, dim=-1), {**state, "rnn": rnn, "t": state["t"] + 1}, weights
+        logits, rnn_state, weights = self.step(y_prev, state["rnn"], state["enc"], state["t"])
+        return torch.log_softmax(logits, dim=-1), {**state, "rnn": rnn_state, "t": state["t"] + 1}, weights
 
 
 MODELS = ("transformer", "bahdanau", "luong")
