@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_mask, check_shapes
-from .softmax import masked_softmax
+from .softmax import _masked_softmax
 
 __all__ = ["scaled_dot_product_attention", "self_attention"]
 
@@ -49,7 +49,7 @@ def scaled_dot_product_attention(
     dims = check_shapes(fn, q=(q, "... L D"), k=(k, "... S D"), v=(v, "... S Dv"))
     check_mask(fn, mask, (*dims["..."], dims["L"], dims["S"]), "(..., L, S)")
     scores = (q / math.sqrt(dims["D"])) @ k.transpose(-2, -1)  # (*, L, D) @ (*, D, S) -> (*, L, S)
-    weights = masked_softmax(scores, mask)  # (*, L, S)
+    weights = _masked_softmax(scores, mask)  # (*, L, S)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return dropped @ v, weights  # (*, L, S) @ (*, S, Dv) -> (*, L, Dv)
 

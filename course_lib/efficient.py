@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_mask, check_positive_int, check_shapes
-from .softmax import masked_softmax
+from .softmax import _masked_softmax
 
 __all__ = ["tiled_attention", "sliding_window_mask", "sliding_window_attention"]
 
@@ -193,7 +193,7 @@ def sliding_window_attention(
     v_win = F.pad(v, (0, 0, *pad)).unfold(-2, W, 1)[..., :L, :, :]  # (*, L, Dv, W)
     q = q.unsqueeze(-2) / math.sqrt(dims["D"])  # (*, L, 1, D)
     scores = (q @ k_win).squeeze(-2)  # (*, L, 1, D) @ (*, L, D, W) -> (*, L, W)
-    band_weights = masked_softmax(scores, band)  # (*, L, W)
+    band_weights = _masked_softmax(scores, band)  # (*, L, W)
     output = (v_win @ band_weights.unsqueeze(-1)).squeeze(-1)  # (*, L, Dv, W) @ (*, L, W, 1) -> (*, L, Dv)
     # Put slot w of query i in padded column i + w, then drop the padding columns.
     padded = q.new_zeros((*batch, L, before + S + pad[1]))  # (*, L, S + padding)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_mask, check_shapes
-from .softmax import masked_softmax
+from .softmax import _masked_softmax
 
 __all__ = ["attention_pool", "local_attention_weights"]
 
@@ -32,7 +32,7 @@ def attention_pool(
     """
     dims = check_shapes("attention_pool", scores=(scores, "N S"), values=(values, "N S Dv"))
     check_mask("attention_pool", mask, (dims["N"], dims["S"]), "(N, S)")
-    weights = masked_softmax(scores, mask)  # (N, S)
+    weights = _masked_softmax(scores, mask)  # (N, S)
     context = (weights.unsqueeze(1) @ values).squeeze(1)  # (N, 1, S) @ (N, S, Dv) -> (N, Dv)
     return context, weights
 
@@ -74,4 +74,4 @@ def local_attention_weights(
     in_window = distance.abs() <= half_window  # (N, S)
     sigma = half_window / 2
     gaussian = torch.exp(-(distance**2) / (2 * sigma**2))  # (N, S)
-    return masked_softmax(scores, in_window) * gaussian
+    return _masked_softmax(scores, in_window) * gaussian
