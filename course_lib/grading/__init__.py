@@ -1,0 +1,62 @@
+"""Self-checks for the exercise notebooks, and the autograder's judging.
+
+In a notebook::
+
+    from course_lib.grading import check
+    check(softmax)                 # the graded function named like yours
+    check(my_softmax, name="softmax")
+
+:func:`check` runs the function on fixed, random and edge-case inputs, compares it with
+the reference, recognises classic mistakes, and returns a :class:`Report` (shown as a
+table in a notebook). A wrong shape, an exception, a ``NaN`` or a wrong type is a failed
+test with feedback, never an error of the check itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .core import Call, Case, Exercise, Mistake, Outcome, Report, TestResult, judge, run_calls, zero_report
+from .forbidden import violations_in_function
+from .registry import ASSIGNMENTS, assignment_of, exercise, exercises_of
+
+__all__ = [
+    "check",
+    "Report",
+    "TestResult",
+    "Exercise",
+    "Case",
+    "Call",
+    "Mistake",
+    "Outcome",
+    "ASSIGNMENTS",
+    "exercise",
+    "exercises_of",
+    "assignment_of",
+    "judge",
+    "run_calls",
+]
+
+
+def check(fn: Callable[..., Any], name: str | None = None) -> Report:
+    """Grade one function against its reference and return the report.
+
+    Args:
+        fn: the student's function.
+        name: the graded function it implements; defaults to ``fn.__name__``.
+
+    Returns:
+        A :class:`Report` with ``.passed``, ``.score``, ``.max_score`` and per-test
+        ``.results`` (feedback and the likely mistake for each failed test).
+    """
+    if name is None:
+        name = getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"check: name must be a str naming a graded function, got {type(name).__name__}")
+    ex = exercise(name)
+    if not callable(fn):
+        return zero_report(ex, "missing", f"{name} is a {type(fn).__name__}, not a function")
+    notes = violations_in_function(fn, ex.forbidden)
+    if notes:
+        return zero_report(ex, "forbidden", "; ".join(notes))
+    return judge(ex, run_calls(fn, ex))

@@ -1,0 +1,494 @@
+"""The check machinery: test cases, comparison with the reference, diagnoses, reports.
+
+A graded function is described by an :class:`Exercise`: its reference implementation, a
+list of :class:`Case` objects (each a few :class:`Call` objects plus a judge), the classic
+:class:`Mistake` implementations used to name what went wrong, and the calls the student
+may not use.
+
+Running a student's function is kept apart from judging it: :func:`run_calls` turns calls
+into :class:`Outcome` objects (plain tensors, or an error message), and :func:`judge` turns
+outcomes into a :class:`Report`. In a notebook both happen in one process
+(:func:`course_lib.grading.check`); the autograder runs the calls in a sandbox and judges
+the arrays that come back, so student objects never reach the judge.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import signal
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = [
+    "Call",
+    "Case",
+    "Mistake",
+    "Exercise",
+    "Outcome",
+    "TestResult",
+    "Report",
+    "run_calls",
+    "call_once",
+    "judge",
+    "compare",
+    "to_plain",
+]
+
+#: Seconds one call of a student's function may take before it counts as a failure.
+CALL_TIME_LIMIT = 10.0
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of the graded function: positional and keyword arguments.
+
+    Arguments are plain data only: tensors, ints, floats, bools, strings and ``None``, so
+    that a call can be sent to a sandbox and its inputs cannot carry code.
+    """
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+
+# A judge gets the case's calls, the student's outputs (one per call, each a tensor or a
+# tuple of tensors) and the reference's outputs; it returns None (pass) or the feedback.
+Judge = Callable[[Sequence[Call], Sequence[Any], Sequence[Any]], "str | None"]
+
+
+@dataclass
+class Case:
+    """One test: some calls, what they check, how many points, how to judge them.
+
+    Args:
+        name: short title shown in the report, e.g. ``"L != S"``.
+        checks: what the test checks, in words (Gradescope's test name is
+            ``"<function>: <checks>"``). Never reveals the hidden input values.
+        calls: the calls to make.
+        points: points for passing.
+        judge: ``None`` compares every output with the reference's (``atol``/``rtol``);
+            otherwise a custom :data:`Judge`, for properties.
+        atol, rtol: tolerances of the comparison with the reference.
+    """
+
+    name: str
+    checks: str
+    calls: list[Call]
+    points: float = 1.0
+    judge: Judge | None = None
+    atol: float = 1e-4
+    rtol: float = 1e-4
+
+
+@dataclass
+class Mistake:
+    """A classic wrong implementation and the words that name it.
+
+    When a student's outputs on a failed test equal this implementation's outputs, the
+    report shows ``message`` as the diagnosis.
+    """
+
+    message: str
+    implementation: Callable[..., Any]
+
+
+@dataclass
+class Exercise:
+    """Everything needed to grade one function of the graded API.
+
+    Args:
+        name: the function's name (as in ``course_lib``).
+        reference: the reference implementation.
+        make_cases: builds the cases (deterministic: fixed seeds).
+        mistakes: classic mistakes, tried in order when a test fails.
+        forbidden: calls the student may not use, as dotted paths
+            (``"torch.nn.functional.softmax"``) or ``"method:NAME"`` for a tensor method.
+        output_names: names of the items when the function returns a tuple.
+    """
+
+    name: str
+    reference: Callable[..., Any]
+    make_cases: Callable[[], list[Case]]
+    mistakes: list[Mistake] = field(default_factory=list)
+    forbidden: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    _cases: list[Case] | None = field(default=None, repr=False)
+    _expected: list[list[Any]] | None = field(default=None, repr=False)
+
+    def cases(self) -> list[Case]:
+        if self._cases is None:
+            self._cases = self.make_cases()
+        return self._cases
+
+    def expected(self) -> list[list[Any]]:
+        """The reference's output for every call of every case (computed once)."""
+        if self._expected is None:
+            self._expected = []
+            for case in self.cases():
+                outs = []
+                for c in case.calls:
+                    out = call_once(self.reference, c, time_limit=None)
+                    if out.status != "ok":
+                        raise RuntimeError(f"reference {self.name} failed on case {case.name!r}: {out.message}")
+                    outs.append(out.value)
+                self._expected.append(outs)
+        return self._expected
+
+    @property
+    def max_score(self) -> float:
+        return float(sum(c.points for c in self.cases()))
+
+
+@dataclass
+class Outcome:
+    """What one call of a student's function gave.
+
+    ``status`` is ``"ok"`` (``value`` holds plain tensors), ``"not_implemented"``,
+    ``"error"``, ``"timeout"`` or ``"bad_type"``; ``message`` says more.
+    """
+
+    status: str
+    value: Any = None
+    message: str = ""
+
+
+class _CallTimeout(Exception):
+    pass
+
+
+def _copy_arg(a: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        return a.clone()
+    return a
+
+
+def to_plain(value: Any) -> Any:
+    """Turn a returned value into plain data, or raise ``TypeError`` saying why not.
+
+    Accepts exactly ``torch.Tensor`` (not subclasses or look-alikes), Python numbers, and
+    tuples or lists of those. Tensors are detached copies; methods of the object itself
+    are never called, so an object that only pretends to be a tensor is refused.
+    """
+    t = type(value)
+    if t is torch.Tensor:
+        return torch.Tensor.detach(value).clone()
+    if t in (tuple, list):
+        return tuple(to_plain(v) for v in value)
+    if t in (int, float, bool):
+        return value
+    if isinstance(value, torch.Tensor):
+        raise TypeError(f"returned a {t.__name__} (a subclass of torch.Tensor), expected a plain torch.Tensor")
+    raise TypeError(f"returned a {t.__module__}.{t.__qualname__}, expected a torch.Tensor")
+
+
+def call_once(fn: Callable[..., Any], call: Call, time_limit: float | None = CALL_TIME_LIMIT) -> Outcome:
+    """Call ``fn`` on fresh copies of the call's arguments and catch whatever happens."""
+    args = tuple(_copy_arg(a) for a in call.args)
+    kwargs = {k: _copy_arg(v) for k, v in call.kwargs.items()}
+    use_alarm = (
+        time_limit is not None
+        and threading.current_thread() is threading.main_thread()
+        and hasattr(signal, "setitimer")
+    )
+    old = None
+    if use_alarm:
+
+        def _on_alarm(signum, frame):
+            raise _CallTimeout()
+
+        old = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, time_limit)
+    try:
+        value = fn(*args, **kwargs)
+        return Outcome("ok", to_plain(value))
+    except _CallTimeout:
+        return Outcome("timeout", message=f"took longer than {time_limit:g} s")
+    except NotImplementedError:
+        return Outcome("not_implemented", message="not implemented yet")
+    except TypeError as e:
+        msg = str(e)
+        if msg.startswith("returned a "):
+            return Outcome("bad_type", message=msg)
+        return Outcome("error", message=f"raised TypeError: {msg}")
+    except RecursionError:
+        return Outcome("error", message="raised RecursionError (infinite recursion?)")
+    except Exception as e:  # noqa: BLE001 - any student error is a graded outcome
+        return Outcome("error", message=f"raised {type(e).__name__}: {_short(str(e))}")
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+
+
+def run_calls(fn: Callable[..., Any], exercise: Exercise) -> list[list[Outcome]]:
+    """Run every call of every case of ``exercise`` on ``fn``, in this process."""
+    return [[call_once(fn, c) for c in case.calls] for case in exercise.cases()]
+
+
+def _short(msg: str, limit: int = 300) -> str:
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, what: str = "the output",
+            names: Sequence[str] = ()) -> str | None:
+    """``None`` when ``actual`` matches ``expected``; otherwise what differs, in words.
+
+    Tensors must have the expected shape, a compatible dtype (bool for masks, floating
+    point for values), and values within ``atol + rtol * |expected|``; a ``NaN`` or
+    ``inf`` counts as a match only where the expected value has the same.
+    """
+    if isinstance(expected, tuple):
+        if not isinstance(actual, tuple):
+            return f"returned a single value, expected a tuple of {len(expected)} ({', '.join(names) or 'values'})"
+        if len(actual) != len(expected):
+            return f"returned a tuple of {len(actual)} values, expected {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            item = names[i] if i < len(names) else f"item {i}"
+            msg = compare(a, e, atol, rtol, what=f"the {item}")
+            if msg:
+                return msg
+        return None
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        if isinstance(actual, torch.Tensor) and actual.numel() == 1:
+            actual = actual.item()
+        if type(actual) not in (int, float):
+            return f"{what} is {_a(type(actual).__name__)}, expected a number"
+        if math.isnan(expected) and math.isnan(actual):
+            return None
+        if not abs(actual - expected) <= atol + rtol * abs(expected):
+            return f"{what} is {actual:.6g}, expected {expected:.6g}"
+        return None
+    if not isinstance(expected, torch.Tensor):
+        return None if actual == expected else f"{what} is {actual!r}, expected {expected!r}"
+    if isinstance(actual, tuple):
+        return f"returned a tuple of {len(actual)} values, expected a single tensor"
+    if not isinstance(actual, torch.Tensor):
+        return f"{what} is {_a(type(actual).__name__)}, expected a torch.Tensor"
+    if actual.shape != expected.shape:
+        return f"{what} has shape {_shape(actual)}, expected {_shape(expected)}"
+    if expected.dtype == torch.bool:
+        if actual.dtype != torch.bool:
+            return f"{what} has dtype {actual.dtype}, expected torch.bool (True = may attend)"
+        wrong = int((actual != expected).sum())
+        return None if wrong == 0 else f"{what} has {wrong} of {expected.numel()} entries wrong"
+    if expected.is_floating_point() and not (actual.is_floating_point()):
+        return f"{what} has dtype {actual.dtype}, expected a floating-point tensor"
+    a = actual.to(torch.float64)
+    e = expected.to(torch.float64)
+    a_bad, e_bad = ~torch.isfinite(a), ~torch.isfinite(e)
+    if bool(a_bad.any()) and not bool(torch.equal(a_bad, e_bad)):
+        kind = "NaN" if bool(torch.isnan(a).any()) else "inf"
+        return f"{what} contains {kind} where the expected output is finite"
+    ok = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    if bool(ok.all()):
+        return None
+    finite = ~a_bad & ~e_bad
+    err = (a - e).abs()[finite]
+    worst = float(err.max()) if err.numel() else float("nan")
+    n_wrong = int((~ok).sum())
+    return f"{what} differs from the expected one in {n_wrong} of {ok.numel()} entries (largest error {worst:.3g})"
+
+
+@dataclass
+class TestResult:
+    """The result of one test: points, and feedback when it failed."""
+
+    name: str
+    checks: str
+    points: float
+    max_points: float
+    passed: bool
+    feedback: str = ""
+    diagnosis: str = ""
+
+
+@dataclass
+class Report:
+    """The result of checking one function: per-test results, score and feedback.
+
+    Shown in a notebook as a table; ``str(report)`` gives the same as text.
+    """
+
+    function: str
+    results: list[TestResult]
+    status: str  # "passed", "failed", "not implemented", "forbidden", "missing", "error"
+    notes: list[str] = field(default_factory=list)
+    max_points: float | None = None
+
+    @property
+    def score(self) -> float:
+        return float(sum(r.points for r in self.results))
+
+    @property
+    def max_score(self) -> float:
+        if self.max_points is not None:
+            return float(self.max_points)
+        return float(sum(r.max_points for r in self.results))
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def diagnoses(self) -> list[str]:
+        """The distinct mistakes recognised, in the order first seen."""
+        seen: list[str] = []
+        for r in self.results:
+            if r.diagnosis and r.diagnosis not in seen:
+                seen.append(r.diagnosis)
+        return seen
+
+    def to_dict(self) -> dict:
+        return {
+            "function": self.function,
+            "status": self.status,
+            "score": self.score,
+            "max_score": self.max_score,
+            "notes": list(self.notes),
+            "results": [asdict(r) for r in self.results],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Report":
+        return cls(
+            function=d["function"],
+            results=[TestResult(**r) for r in d["results"]],
+            status=d["status"],
+            notes=list(d.get("notes", [])),
+            max_points=d.get("max_score"),
+        )
+
+    def _headline(self) -> str:
+        words = {
+            "passed": "all tests passed",
+            "failed": "some tests failed",
+            "not implemented": "not implemented yet",
+            "forbidden": "uses a call this exercise forbids",
+            "missing": "function not found",
+            "error": "could not be checked",
+        }[self.status]
+        return f"{self.function}: {_fmt(self.score)}/{_fmt(self.max_score)} points, {words}"
+
+    def __str__(self) -> str:
+        lines = [self._headline()]
+        lines += [f"  ! {n}" for n in self.notes]
+        if self.status == "not implemented":
+            return "\n".join(lines)
+        for r in self.results:
+            mark = "PASS" if r.passed else "FAIL"
+            lines.append(f"  {mark} {_fmt(r.points)}/{_fmt(r.max_points)}  {r.name}: {r.checks}")
+            if r.feedback:
+                lines.append(f"       {r.feedback}")
+            if r.diagnosis:
+                lines.append(f"       Likely mistake: {r.diagnosis}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour = "#1a7f37" if self.passed else "#b35900"
+        out = [f'<div class="course-lib-report"><p style="color:{colour};font-weight:bold">'
+               f"{html.escape(self._headline())}</p>"]
+        for n in self.notes:
+            out.append(f"<p>&#9888; {html.escape(n)}</p>")
+        if self.status != "not implemented" and self.results:
+            out.append('<table><thead><tr><th></th><th>test</th><th>checks</th><th>points</th>'
+                       "<th>feedback</th></tr></thead><tbody>")
+            for r in self.results:
+                mark = "&#10004;" if r.passed else "&#10008;"
+                fb = html.escape(r.feedback)
+                if r.diagnosis:
+                    fb += f"<br><b>Likely mistake:</b> {html.escape(r.diagnosis)}"
+                out.append(f"<tr><td>{mark}</td><td>{html.escape(r.name)}</td><td>{html.escape(r.checks)}</td>"
+                           f"<td>{_fmt(r.points)}/{_fmt(r.max_points)}</td><td>{fb}</td></tr>")
+            out.append("</tbody></table>")
+        out.append("</div>")
+        return "".join(out)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _first_problem(outcomes: Sequence[Outcome]) -> Outcome | None:
+    for o in outcomes:
+        if o.status != "ok":
+            return o
+    return None
+
+
+def _default_judge(case: Case, names: Sequence[str]) -> Judge:
+    def judge_(calls, actual, expected):
+        for a, e in zip(actual, expected):
+            msg = compare(a, e, case.atol, case.rtol, names=names)
+            if msg:
+                return msg
+        return None
+
+    return judge_
+
+
+def _diagnose(exercise: Exercise, case: Case, actual: Sequence[Any], names: Sequence[str]) -> str:
+    judge_ = _default_judge(case, names)
+    for mistake in exercise.mistakes:
+        outs = []
+        for c in case.calls:
+            o = call_once(mistake.implementation, c, time_limit=None)
+            if o.status != "ok":
+                break
+            outs.append(o.value)
+        else:
+            if judge_(case.calls, actual, outs) is None:
+                return mistake.message
+    return ""
+
+
+def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequence[str] = ()) -> Report:
+    """Score ``outcomes`` (from :func:`run_calls` or a sandbox) against the reference."""
+    cases = exercise.cases()
+    expected = exercise.expected()
+    names = exercise.output_names
+    results: list[TestResult] = []
+    all_not_implemented = True
+    for case, outs, exp in zip(cases, outcomes, expected):
+        problem = _first_problem(outs)
+        if problem is None or problem.status != "not_implemented":
+            all_not_implemented = False
+        if problem is not None:
+            results.append(TestResult(case.name, case.checks, 0.0, case.points, False, problem.message))
+            continue
+        actual = [o.value for o in outs]
+        try:
+            feedback = (case.judge or _default_judge(case, names))(case.calls, actual, exp)
+        except Exception as e:  # noqa: BLE001 - odd outputs must not crash the judge
+            feedback = f"the output could not be checked ({type(e).__name__}: {_short(str(e), 120)})"
+        if feedback is None:
+            results.append(TestResult(case.name, case.checks, case.points, case.points, True))
+            continue
+        diagnosis = _diagnose(exercise, case, actual, names)
+        results.append(TestResult(case.name, case.checks, 0.0, case.points, False, feedback, diagnosis))
+    if all_not_implemented:
+        for r in results:
+            r.feedback = "not implemented yet"
+        status = "not implemented"
+    else:
+        status = "passed" if all(r.passed for r in results) else "failed"
+    return Report(exercise.name, results, status, list(notes))
+
+
+def zero_report(exercise: Exercise, status: str, note: str) -> Report:
+    """A report with every test failed for one reason (forbidden call, missing function)."""
+    results = [TestResult(c.name, c.checks, 0.0, c.points, False, note) for c in exercise.cases()]
+    return Report(exercise.name, results, status, [note])

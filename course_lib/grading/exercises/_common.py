@@ -1,0 +1,59 @@
+"""Small helpers shared by the exercise definitions."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ..core import Call
+
+__all__ = ["randn", "rand_mask", "rng", "item", "sums_to_one"]
+
+
+def rng(seed: int) -> torch.Generator:
+    """A generator with a fixed seed, so every student gets the same hidden inputs."""
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(g: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    """Standard normal float32 values, times ``scale``."""
+    return torch.randn(*shape, generator=g) * scale
+
+
+def rand_mask(g: torch.Generator, *shape: int, p: float = 0.7, keep_first: bool = True) -> torch.Tensor:
+    """A random boolean mask (``True`` = may attend); by default key 0 is always allowed."""
+    m = torch.rand(*shape, generator=g) < p
+    if keep_first:
+        m[..., 0] = True
+    return m
+
+
+def item(value: Any, index: int | None) -> Any:
+    """``value[index]`` for tuple outputs, ``value`` itself when ``index`` is None."""
+    if index is None:
+        return value
+    if not isinstance(value, tuple) or len(value) <= index:
+        raise ValueError(f"expected a tuple with at least {index + 1} values")
+    return value[index]
+
+
+def sums_to_one(index: int | None = None, dim: int = -1, what: str = "the weights", atol: float = 1e-4):
+    """A judge: output (or output[index]) is non-negative and sums to 1 along ``dim``."""
+
+    def judge(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
+        for a in actual:
+            w = item(a, index)
+            if not isinstance(w, torch.Tensor) or not w.is_floating_point():
+                return f"{what} should be a floating-point tensor"
+            if not bool(torch.isfinite(w).all()):
+                return f"{what} contain NaN or inf"
+            if bool((w < -atol).any()):
+                return f"{what} contain negative values"
+            total = w.to(torch.float64).sum(dim=dim)
+            if not bool(torch.allclose(total, torch.ones_like(total), atol=atol)):
+                worst = float((total - 1).abs().max())
+                return f"{what} do not sum to 1 along dim {dim} (off by up to {worst:.3g})"
+        return None
+
+    return judge
