@@ -6,6 +6,7 @@ Subcommands:
     train     train a model on a toy task, save a checkpoint, print held-out accuracy
     evaluate  exact-sequence accuracy of a checkpoint on fresh sequences
     decode    a checkpoint's output for one input (greedy, or beam search with --beam K)
+    assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
 """
 
 from __future__ import annotations
@@ -72,6 +73,25 @@ def _cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_assign(args: argparse.Namespace) -> int:
+    from .grading.assign import AssignError, assign
+
+    try:
+        changed = assign(args.source, args.out, check=args.check)
+    except (AssignError, FileNotFoundError) as err:
+        print(f"course-lib assign: {err}", file=sys.stderr)
+        return 2
+    if args.check:
+        for path in changed:
+            print(f"out of date: {path}")
+        return 1 if changed else 0
+    for path in changed:
+        print(f"wrote {path}")
+    if not changed:
+        print(f"{args.out}/ is up to date")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="course-lib",
@@ -106,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", help='e.g. "3 1 4 1 5" for reverse, "21 Nov 2026" for dates')
     p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
     p.set_defaults(func=_cmd_decode)
+    p = sub.add_parser("assign", help="write exercises/ (student notebooks) from solutions/")
+    p.add_argument("--source", default="solutions", help="folder of solution notebooks (default: solutions)")
+    p.add_argument("--out", default="exercises", help="folder for student notebooks (default: exercises)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any student notebook is out of date")
+    p.set_defaults(func=_cmd_assign)
     return parser
 
 
