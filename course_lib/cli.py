@@ -7,6 +7,10 @@ Subcommands:
     evaluate  exact-sequence accuracy of a checkpoint on fresh sequences
     decode    a checkpoint's output for one input (greedy, or beam search with --beam K)
     assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
+    grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
+    check     grade one notebook locally, with the same checks, and print the feedback
+    export    write the gradebook as a CSV or as Gradescope results.json files
+    feedback  write a feedback report per student (Markdown or HTML)
 """
 
 from __future__ import annotations
@@ -92,6 +96,82 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_grade(args: argparse.Namespace) -> int:
+    from .grading.batch import grade_all
+    from .grading.sandbox import SandboxUnavailable
+
+    try:
+        grade_all(args.submissions, args.db, jobs=args.jobs, sandbox=args.sandbox, force=args.force,
+                  assignments=tuple(args.assignment) if args.assignment else None, progress=not args.quiet)
+    except (FileNotFoundError, SandboxUnavailable, ValueError) as err:
+        print(f"course-lib grade: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .grading.autograde import grade_submission
+    from .grading.batch import read_submission
+    from .grading.core import Report
+    from .grading.registry import ASSIGNMENTS
+    from .grading.sandbox import Runner, SandboxUnavailable
+
+    path = Path(args.notebook)
+    assignment = args.assignment or path.name.removesuffix(".ipynb")
+    if assignment not in ASSIGNMENTS:
+        print(f"course-lib check: cannot tell the assignment from {path.name!r}; name the file like "
+              f"{', '.join(a + '.ipynb' for a in ASSIGNMENTS)} or pass --assignment", file=sys.stderr)
+        return 2
+    if not path.is_file():
+        print(f"course-lib check: {path} is not a file", file=sys.stderr)
+        return 2
+    try:
+        with Runner(mode=args.sandbox) as runner:
+            record = grade_submission(read_submission(path), assignment, runner)
+    except SandboxUnavailable as err:
+        print(f"course-lib check: {err}", file=sys.stderr)
+        return 2
+    for m in record["messages"]:
+        print(f"! {m}")
+    for fr in record["functions"]:
+        print(Report.from_dict(fr))
+        print()
+    print(f"{assignment}: {record['score']:g} / {record['max_score']:g} points (isolation: {record['isolation']})")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .grading.exports import export_csv, export_gradescope
+
+    if not Path(args.db).is_file():
+        print(f"course-lib export: no gradebook at {args.db}", file=sys.stderr)
+        return 2
+    if args.format == "csv":
+        n = export_csv(args.db, args.out)
+        print(f"wrote {n} row(s) to {args.out}")
+    else:
+        n = export_gradescope(args.db, args.out)
+        print(f"wrote {n} results.json file(s) under {args.out}")
+    return 0
+
+
+def _cmd_feedback(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .grading.exports import write_feedback
+
+    if not Path(args.db).is_file():
+        print(f"course-lib feedback: no gradebook at {args.db}", file=sys.stderr)
+        return 2
+    n = write_feedback(args.db, args.out, fmt=args.format)
+    print(f"wrote {n} feedback report(s) to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="course-lib",
@@ -131,6 +211,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="exercises", help="folder for student notebooks (default: exercises)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any student notebook is out of date")
     p.set_defaults(func=_cmd_assign)
+
+    sandbox_help = ("isolation of student code: auto = the strongest this machine has (bubblewrap, else Linux "
+                    "namespaces), required = refuse without one of them, off = a fresh process with limits only")
+    p = sub.add_parser("grade", help="grade SUBMISSIONS/<student>/<NN_slug>.ipynb into a SQLite gradebook")
+    p.add_argument("submissions", help="folder with one subfolder per student")
+    p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
+    p.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default: 2)")
+    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=sandbox_help)
+    p.add_argument("--force", action="store_true", help="regrade everything, even unchanged notebooks")
+    p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_grade)
+    p = sub.add_parser("check", help="grade one notebook locally and print the feedback")
+    p.add_argument("notebook")
+    p.add_argument("--assignment", default=None, help="default: from the file name, e.g. 02_self_attention")
+    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=sandbox_help)
+    p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("export", help="write the gradebook as CSV or Gradescope results.json files")
+    p.add_argument("--db", default="gradebook.sqlite")
+    p.add_argument("--format", choices=("csv", "gradescope"), default="csv")
+    p.add_argument("--out", required=True, help="CSV file, or folder for Gradescope results")
+    p.set_defaults(func=_cmd_export)
+    p = sub.add_parser("feedback", help="write a feedback report per student")
+    p.add_argument("--db", default="gradebook.sqlite")
+    p.add_argument("--out", required=True, help="folder for the reports")
+    p.add_argument("--format", choices=("md", "html"), default="md")
+    p.set_defaults(func=_cmd_feedback)
     return parser
 
 

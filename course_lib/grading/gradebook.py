@@ -1,0 +1,99 @@
+"""The gradebook: one SQLite row per (student, assignment), written in one transaction.
+
+WAL journal mode, so a grader killed at any moment (SIGKILL included) leaves every
+committed row intact and no half-written one; the primary key makes a second grading of
+the same submission replace the first instead of adding a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["Gradebook"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS results (
+    student     TEXT NOT NULL,
+    assignment  TEXT NOT NULL,
+    sha256      TEXT NOT NULL,
+    checker     TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    score       REAL NOT NULL,
+    max_score   REAL NOT NULL,
+    record      TEXT NOT NULL,
+    seconds     REAL NOT NULL,
+    graded_at   TEXT NOT NULL,
+    PRIMARY KEY (student, assignment)
+);
+"""
+
+
+class Gradebook:
+    """A SQLite gradebook at ``path`` (created if missing)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute(_SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Gradebook":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def is_current(self, student: str, assignment: str, sha256: str, checker: str) -> bool:
+        """True when this exact notebook was already graded by this version of the checks."""
+        row = self.conn.execute(
+            "SELECT sha256, checker FROM results WHERE student = ? AND assignment = ?", (student, assignment)
+        ).fetchone()
+        return row is not None and row[0] == sha256 and row[1] == checker
+
+    def save(self, student: str, record: dict[str, Any], checker: str, seconds: float) -> None:
+        """Store one graded submission, replacing an earlier grading, in one transaction."""
+        values = (
+            student,
+            record["assignment"],
+            record["sha256"],
+            checker,
+            record["status"],
+            record["score"],
+            record["max_score"],
+            json.dumps(record, sort_keys=True, ensure_ascii=False),
+            seconds,
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute(
+                "INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (student, assignment) DO UPDATE SET sha256 = excluded.sha256, "
+                "checker = excluded.checker, status = excluded.status, score = excluded.score, "
+                "max_score = excluded.max_score, record = excluded.record, seconds = excluded.seconds, "
+                "graded_at = excluded.graded_at",
+                values,
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def rows(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every graded submission as (student, record), sorted by student and assignment."""
+        for student, record in self.conn.execute(
+            "SELECT student, record FROM results ORDER BY student, assignment"
+        ):
+            yield student, json.loads(record)
+
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])
