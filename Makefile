@@ -8,12 +8,14 @@ PYTHON   ?= python3
 VENV     := .venv
 BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
-# The browser test drives Debian's chromium (Playwright's own browser download is not
-# allowed here); installed from the Debian registry when missing.
-CHROMIUM := /usr/bin/chromium
+# Debian packages the tests need, installed when missing: chromium for the browser test of
+# the book (Playwright's own browser download is not allowed here), bubblewrap for the
+# autograder's sandbox.
+SYSDEPS  := /usr/bin/chromium /usr/bin/bwrap
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+NBVAL    := -p no:cacheprovider --nbval-current-env
 
-.PHONY: book test bench env constraints clean
+.PHONY: book test bench env constraints clean sysdeps
 
 env: $(STAMP)
 
@@ -26,21 +28,27 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-$(CHROMIUM):
-	$(SUDO) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium
+sysdeps:
+	@test -x /usr/bin/chromium && test -x /usr/bin/bwrap || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium bubblewrap; }
 
 # The suite includes the browser test of the built book, so the book is built first
-# (strictly; unchanged chapters come from the execution cache).
-test: $(STAMP) $(CHROMIUM) book
+# (strictly; unchanged chapters come from the execution cache). Then the notebooks:
+# solutions must reproduce their stored outputs, blank exercises must run without errors.
+test: $(STAMP) sysdeps book
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(NBVAL) --nbval --sanitize-with nbval_sanitize.cfg solutions/
+	$(BIN)/python -m pytest $(NBVAL) --nbval-lax exercises/
 
 # Benchmarks print numbers (no timed tests): attention speed vs PyTorch, training to the
-# accuracy targets and reproducibility, KV-cache decoding, tiled-attention memory.
-bench: $(STAMP)
+# accuracy targets and reproducibility, KV-cache decoding, tiled-attention memory, and
+# grading 200 submissions against an nbgrader-style baseline.
+bench: $(STAMP) sysdeps
 	$(BIN)/course-lib bench
 	$(BIN)/python -m course_lib.bench_models
 	$(BIN)/python -m course_lib.bench_memory
+	$(BIN)/python -m course_lib.bench_grading
 
 # Regenerate constraints.txt from the current environment (after changing dependencies).
 constraints: $(STAMP)
