@@ -1,0 +1,562 @@
+"""Checks of the 06_transformer exercises: padding_mask, causal_mask, position_wise_feed_forward,
+label_smoothing_loss.
+
+Correct implementations (the reference and independent ones written here) score full marks; a
+stub scores 0 as "not implemented"; every classic mistake loses points and is named in the
+report; forbidden calls are reported; odd outputs give failed tests with feedback, never a crash.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import course_lib
+from course_lib.grading import check, exercises_of
+
+SLUG = "06_transformer"
+NAMES = ("padding_mask", "causal_mask", "position_wise_feed_forward", "label_smoothing_loss")
+
+
+def _assert_full_marks(report):
+    assert report.status == "passed", str(report)
+    assert report.score == report.max_score > 0
+
+
+def _assert_diagnosed(report, phrase: str):
+    assert report.status == "failed", str(report)
+    assert report.score < report.max_score
+    assert any(phrase in d for d in report.diagnoses), f"{phrase!r} not in {report.diagnoses}\n{report}"
+
+
+# --- the exercise set as a whole --------------------------------------------------------------------
+
+
+def test_exercises_cover_the_assignment_in_notebook_order():
+    assert tuple(ex.name for ex in exercises_of(SLUG)) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_scores_full_marks(name):
+    _assert_full_marks(check(getattr(course_lib, name), name=name))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_points_per_function_are_integers_in_a_sensible_range(name):
+    ex = next(e for e in exercises_of(SLUG) if e.name == name)
+    assert all(float(c.points).is_integer() and c.points >= 1 for c in ex.cases())
+    assert 6 <= ex.max_score <= 12
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_classic_mistake_is_diagnosed_by_its_own_implementation(name):
+    ex = next(e for e in exercises_of(SLUG) if e.name == name)
+    for m in ex.mistakes:
+        report = check(m.implementation, name=name)
+        assert report.score < report.max_score, m.message
+        assert m.message in report.diagnoses, f"{m.message!r} not diagnosed:\n{report}"
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stub_scores_zero_as_not_implemented(name):
+    report = check(_stub, name=name)
+    assert report.status == "not implemented"
+    assert report.score == 0
+    assert "not implemented yet" in str(report)
+
+
+# --- padding_mask -------------------------------------------------------------------------------------
+
+
+def padding_mask_ne(tokens, pad_id):
+    return torch.ne(tokens, pad_id)
+
+
+def padding_mask_numpy(tokens, pad_id):
+    return torch.from_numpy(np.asarray(tokens.numpy()) != pad_id)
+
+
+def padding_mask_loops(tokens, pad_id):
+    N, S = tokens.shape
+    mask = torch.zeros(N, S, dtype=torch.bool)
+    for n in range(N):
+        for s in range(S):
+            mask[n, s] = bool(tokens[n, s] != pad_id)
+    return mask
+
+
+@pytest.mark.parametrize("fn", [padding_mask_ne, padding_mask_numpy, padding_mask_loops])
+def test_padding_mask_alternative_correct_implementations_score_full_marks(fn):
+    _assert_full_marks(check(fn, name="padding_mask"))
+
+
+def padding_mask_inverted(tokens, pad_id):
+    return tokens == pad_id
+
+
+def padding_mask_compares_with_zero(tokens, pad_id):
+    return tokens != 0
+
+
+def padding_mask_with_query_dim(tokens, pad_id):
+    return (tokens != pad_id).unsqueeze(1)
+
+
+def padding_mask_with_head_and_query_dims(tokens, pad_id):
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def padding_mask_float(tokens, pad_id):
+    return (tokens != pad_id).to(torch.float32)
+
+
+def padding_mask_int(tokens, pad_id):
+    return (tokens != pad_id).int()
+
+
+def padding_mask_from_lengths(tokens, pad_id):
+    lengths = (tokens != pad_id).sum(1)
+    return torch.arange(tokens.size(1)).expand_as(tokens) < lengths.unsqueeze(1)
+
+
+@pytest.mark.parametrize("fn, phrase", [
+    (padding_mask_inverted, "inverted"),
+    (padding_mask_compares_with_zero, "instead of pad_id"),
+    (padding_mask_with_query_dim, "(N, 1, S)"),
+    (padding_mask_with_head_and_query_dims, "(N, 1, 1, S)"),
+    (padding_mask_float, "float tensor"),
+    (padding_mask_int, "integer tensor"),
+    (padding_mask_from_lengths, "padding sits at the end"),
+])
+def test_padding_mask_classic_mistakes_are_diagnosed(fn, phrase):
+    _assert_diagnosed(check(fn, name="padding_mask"), phrase)
+
+
+def test_padding_mask_comparing_with_zero_still_passes_when_pad_is_zero():
+    report = check(padding_mask_compares_with_zero, name="padding_mask")
+    by_name = {r.name: r for r in report.results}
+    assert by_name["fixed small batch"].passed
+    assert not by_name["other pad ids"].passed
+
+
+def padding_mask_calls_reference(tokens, pad_id):
+    return course_lib.padding_mask(tokens, pad_id)
+
+
+def test_padding_mask_using_course_lib_is_forbidden():
+    report = check(padding_mask_calls_reference, name="padding_mask")
+    assert report.status == "forbidden" and report.score == 0
+    assert "reference implementation" in report.notes[0]
+
+
+# --- causal_mask --------------------------------------------------------------------------------------
+
+
+def causal_mask_arange(size, device=None):
+    pos = torch.arange(size, device=device)
+    return pos[:, None] >= pos[None, :]  # (L, L)
+
+
+def causal_mask_numpy(size, device=None):
+    return torch.from_numpy(np.tril(np.ones((size, size), dtype=bool)))
+
+
+def causal_mask_loops(size, device=None):
+    return torch.tensor([[s <= l for s in range(size)] for l in range(size)], dtype=torch.bool)
+
+
+def causal_mask_not_triu(size, device=None):
+    return ~torch.triu(torch.ones(size, size, dtype=torch.bool), diagonal=1)
+
+
+@pytest.mark.parametrize("fn", [causal_mask_arange, causal_mask_numpy, causal_mask_loops, causal_mask_not_triu])
+def test_causal_mask_alternative_correct_implementations_score_full_marks(fn):
+    _assert_full_marks(check(fn, name="causal_mask"))
+
+
+def causal_mask_off_by_one(size, device=None):
+    return torch.tril(torch.ones(size, size), diagonal=-1).bool()
+
+
+def causal_mask_transposed(size, device=None):
+    pos = torch.arange(size)
+    return pos[:, None] <= pos[None, :]
+
+
+def causal_mask_inverted(size, device=None):
+    # nn.Transformer's convention: True = not allowed
+    return torch.ones(size, size, dtype=torch.bool).triu(1)
+
+
+def causal_mask_float(size, device=None):
+    return torch.tril(torch.ones(size, size))
+
+
+def causal_mask_int(size, device=None):
+    return torch.tril(torch.ones(size, size, dtype=torch.int64))
+
+
+def causal_mask_additive(size, device=None):
+    return torch.triu(torch.full((size, size), float("-inf")), diagonal=1)
+
+
+def causal_mask_additive_large_negative(size, device=None):
+    return torch.triu(torch.full((size, size), -1e9), diagonal=1)
+
+
+@pytest.mark.parametrize("fn, phrase", [
+    (causal_mask_off_by_one, "diagonal is left out"),
+    (causal_mask_transposed, "upper triangle"),
+    (causal_mask_inverted, "nn.MultiheadAttention"),
+    (causal_mask_float, "float tensor"),
+    (causal_mask_int, "integer tensor"),
+    (causal_mask_additive, "additive mask"),
+    (causal_mask_additive_large_negative, "large negative"),
+])
+def test_causal_mask_classic_mistakes_are_diagnosed(fn, phrase):
+    _assert_diagnosed(check(fn, name="causal_mask"), phrase)
+
+
+def test_causal_mask_inverted_is_not_called_off_by_one():
+    report = check(causal_mask_inverted, name="causal_mask")
+    assert not any("diagonal is left out" in d for d in report.diagnoses), report.diagnoses
+
+
+def test_causal_mask_future_invariance_explains_a_leaking_mask():
+    report = check(causal_mask_transposed, name="causal_mask")
+    result = next(r for r in report.results if r.name == "no peeking at the future")
+    assert not result.passed and "later key" in result.feedback
+
+
+def causal_mask_generate_square(size, device=None):
+    return nn.Transformer.generate_square_subsequent_mask(size) == 0
+
+
+def causal_mask_reference(size, device=None):
+    return course_lib.causal_mask(size)
+
+
+@pytest.mark.parametrize("fn, phrase", [
+    (causal_mask_generate_square, "generate_square_subsequent_mask"),
+    (causal_mask_reference, "reference implementation"),
+])
+def test_causal_mask_forbidden_calls_are_reported(fn, phrase):
+    report = check(fn, name="causal_mask")
+    assert report.status == "forbidden" and report.score == 0
+    assert phrase in report.notes[0]
+
+
+def causal_mask_numpy_array(size, device=None):
+    return np.tril(np.ones((size, size), dtype=bool))
+
+
+def causal_mask_batched(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool).tril()[None]
+
+
+def causal_mask_raises(size, device=None):
+    return torch.ones(size, size - 1, dtype=torch.bool).tril() @ torch.ones(size, 1)
+
+
+def test_causal_mask_wrong_type_shape_and_exceptions_are_failed_tests_with_feedback():
+    report = check(causal_mask_numpy_array, name="causal_mask")
+    assert report.score == 0 and "expected a torch.Tensor" in report.results[0].feedback
+    report = check(causal_mask_batched, name="causal_mask")
+    assert report.score == 0 and "has shape (1, 5, 5), expected (5, 5)" in str(report)
+    report = check(causal_mask_raises, name="causal_mask")
+    assert report.score == 0 and "raised RuntimeError" in report.results[0].feedback
+
+
+# --- position_wise_feed_forward -----------------------------------------------------------------------
+
+
+def position_wise_feed_forward_einsum(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    hidden = torch.einsum("...e,ef->...f", x, W_1) + b_1
+    return torch.einsum("...f,fo->...o", hidden.clamp(min=0), W_2) + b_2
+
+
+def position_wise_feed_forward_linear(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return F.linear(F.relu(F.linear(x, W_1.T, b_1)), W_2.T, b_2)
+
+
+def position_wise_feed_forward_rows(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    rows = x.reshape(-1, x.shape[-1])  # (P, E)
+    out = []
+    for r in rows:
+        h = np.maximum(r.numpy() @ W_1.numpy() + b_1.numpy(), 0.0)
+        out.append(torch.from_numpy(h @ W_2.numpy() + b_2.numpy()))
+    return torch.stack(out).reshape(*x.shape[:-1], W_2.shape[-1])  # (*, E_out)
+
+
+@pytest.mark.parametrize("fn", [position_wise_feed_forward_einsum, position_wise_feed_forward_linear,
+                                position_wise_feed_forward_rows])
+def test_position_wise_feed_forward_alternative_correct_implementations_score_full_marks(fn):
+    _assert_full_marks(check(fn, name="position_wise_feed_forward"))
+
+
+def position_wise_feed_forward_no_relu(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return (x @ W_1 + b_1) @ W_2 + b_2
+
+
+def position_wise_feed_forward_relu_last(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return F.relu((x @ W_1 + b_1) @ W_2 + b_2)
+
+
+def position_wise_feed_forward_no_biases(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return F.relu(x @ W_1) @ W_2
+
+
+def position_wise_feed_forward_no_first_bias(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return F.relu(x @ W_1) @ W_2 + b_2
+
+
+def position_wise_feed_forward_no_second_bias(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return F.relu(x @ W_1 + b_1) @ W_2
+
+
+def position_wise_feed_forward_swapped_biases(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return F.relu(x @ W_1 + b_2) @ W_2 + b_1
+
+
+def position_wise_feed_forward_nn_linear_convention(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return F.linear(F.relu(F.linear(x, W_1, b_1)), W_2, b_2)
+
+
+def position_wise_feed_forward_gelu(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return F.gelu(x @ W_1 + b_1) @ W_2 + b_2
+
+
+@pytest.mark.parametrize("fn, phrase", [
+    (position_wise_feed_forward_no_relu, "ReLU is missing"),
+    (position_wise_feed_forward_relu_last, "after the second linear map"),
+    (position_wise_feed_forward_no_biases, "both biases are missing"),
+    (position_wise_feed_forward_no_first_bias, "b_1 is missing"),
+    (position_wise_feed_forward_no_second_bias, "b_2 is missing"),
+    (position_wise_feed_forward_swapped_biases, "biases are swapped"),
+    (position_wise_feed_forward_nn_linear_convention, "transposed weights"),
+    (position_wise_feed_forward_gelu, "GELU"),
+])
+def test_position_wise_feed_forward_classic_mistakes_are_diagnosed(fn, phrase):
+    _assert_diagnosed(check(fn, name="position_wise_feed_forward"), phrase)
+
+
+def test_position_wise_feed_forward_transposed_weights_fail_with_an_error_on_non_square_weights():
+    report = check(position_wise_feed_forward_nn_linear_convention, name="position_wise_feed_forward")
+    by_name = {r.name: r for r in report.results}
+    assert "raised RuntimeError" in by_name["batch of sequences"].feedback
+    assert by_name["square weights"].diagnosis
+
+
+def position_wise_feed_forward_mixes_positions(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    y = F.relu(x @ W_1 + b_1) @ W_2 + b_2
+    if x.dim() < 3:
+        return y
+    return y + 0.1 * y.cumsum(dim=-2)  # each position sees the earlier ones
+
+
+def test_position_wise_feed_forward_mixing_positions_fails_the_property_test():
+    report = check(position_wise_feed_forward_mixes_positions, name="position_wise_feed_forward")
+    result = next(r for r in report.results if r.name == "position-wise")
+    assert not result.passed and "shuffling the positions" in result.feedback
+
+
+def position_wise_feed_forward_nan(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return (F.relu(x @ W_1 + b_1) @ W_2 + b_2) * float("nan")
+
+
+def position_wise_feed_forward_flat(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return (F.relu(x @ W_1 + b_1) @ W_2 + b_2).reshape(-1)
+
+
+def position_wise_feed_forward_tuple(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    hidden = F.relu(x @ W_1 + b_1)
+    return hidden @ W_2 + b_2, hidden
+
+
+def test_position_wise_feed_forward_nan_shape_and_tuple_outputs_get_feedback():
+    report = check(position_wise_feed_forward_nan, name="position_wise_feed_forward")
+    assert report.score == 0 and "contains NaN" in report.results[0].feedback
+    report = check(position_wise_feed_forward_flat, name="position_wise_feed_forward")
+    assert report.status == "failed" and "has shape" in report.results[1].feedback
+    report = check(position_wise_feed_forward_tuple, name="position_wise_feed_forward")
+    assert report.score == 0 and "tuple" in report.results[0].feedback
+
+
+# --- label_smoothing_loss -----------------------------------------------------------------------------
+
+
+def label_smoothing_loss_explicit_target(logits, target, smoothing, ignore_index=-100):
+    N, C = logits.shape
+    keep = target != ignore_index
+    q = torch.full((N, C), smoothing / C)
+    q[keep, target[keep]] += 1 - smoothing  # (N, C), the smoothed target
+    per_row = -(q * torch.log_softmax(logits, dim=-1)).sum(dim=-1)  # (N,)
+    return per_row[keep].mean()
+
+
+def label_smoothing_loss_rows(logits, target, smoothing, ignore_index=-100):
+    total, count = 0.0, 0
+    for row, y in zip(logits.tolist(), target.tolist()):
+        if y == ignore_index:
+            continue
+        m = max(row)
+        lse = m + math.log(sum(math.exp(v - m) for v in row))
+        log_p = [v - lse for v in row]
+        total += -(1 - smoothing) * log_p[y] - smoothing * sum(log_p) / len(row)
+        count += 1
+    return torch.tensor(total / count if count else float("nan"))
+
+
+def label_smoothing_loss_max_shift(logits, target, smoothing, ignore_index=-100):
+    shifted = logits - logits.max(dim=-1, keepdim=True).values  # (N, C)
+    log_p = shifted - shifted.exp().sum(dim=-1, keepdim=True).log()  # (N, C)
+    keep = target != ignore_index  # (N,)
+    safe = torch.where(keep, target, torch.zeros_like(target))  # (N,)
+    nll = -log_p[torch.arange(len(target)), safe]  # (N,)
+    smooth = -log_p.mean(dim=-1)  # (N,)
+    per_row = torch.where(keep, (1 - smoothing) * nll + smoothing * smooth, torch.zeros_like(nll))
+    return per_row.sum() / keep.sum().clamp(min=1)  # 0 when every row is ignored
+
+
+@pytest.mark.parametrize("fn", [label_smoothing_loss_explicit_target, label_smoothing_loss_rows,
+                                label_smoothing_loss_max_shift])
+def test_label_smoothing_loss_alternative_correct_implementations_score_full_marks(fn):
+    _assert_full_marks(check(fn, name="label_smoothing_loss"))
+
+
+def _smoothed(logits, target, smoothing, ignore_index, q_true, q_other, reduce="mean", ignore=True,
+              log_p=None):
+    if log_p is None:
+        log_p = torch.log_softmax(logits, dim=-1)
+    N, C = logits.shape
+    keep = target != ignore_index if ignore else torch.ones(N, dtype=torch.bool)
+    q = torch.full((N, C), q_other)
+    q[torch.arange(N)[keep], target[keep]] = q_true
+    per_row = -(q * log_p).sum(-1)[keep]
+    return per_row.sum() if reduce == "sum" else per_row.mean()
+
+
+def label_smoothing_loss_over_other_classes(logits, target, smoothing, ignore_index=-100):
+    C = logits.shape[-1]
+    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing, smoothing / (C - 1))
+
+
+def label_smoothing_loss_plain_cross_entropy(logits, target, smoothing, ignore_index=-100):
+    return _smoothed(logits, target, smoothing, ignore_index, 1.0, 0.0)
+
+
+def label_smoothing_loss_sum(logits, target, smoothing, ignore_index=-100):
+    C = logits.shape[-1]
+    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
+                     reduce="sum")
+
+
+def label_smoothing_loss_ignores_nothing(logits, target, smoothing, ignore_index=-100):
+    C = logits.shape[-1]
+    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
+                     ignore=False)
+
+
+def label_smoothing_loss_divides_by_all_rows(logits, target, smoothing, ignore_index=-100):
+    C = logits.shape[-1]
+    keep = target != ignore_index
+    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
+                     reduce="sum") / len(keep)
+
+
+def label_smoothing_loss_unstable(logits, target, smoothing, ignore_index=-100):
+    C = logits.shape[-1]
+    p = logits.exp() / logits.exp().sum(dim=-1, keepdim=True)
+    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
+                     log_p=p.log())
+
+
+def label_smoothing_loss_log_softmax_of_softmax(logits, target, smoothing, ignore_index=-100):
+    C = logits.shape[-1]
+    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
+                     log_p=torch.softmax(logits, dim=-1).log())
+
+
+@pytest.mark.parametrize("fn, phrase", [
+    (label_smoothing_loss_over_other_classes, "C - 1"),
+    (label_smoothing_loss_plain_cross_entropy, "no smoothing"),
+    (label_smoothing_loss_sum, "sum over the rows"),
+    (label_smoothing_loss_ignores_nothing, "ignore_index are not left out"),
+    (label_smoothing_loss_divides_by_all_rows, "all N rows"),
+    (label_smoothing_loss_unstable, "unstable"),
+    (label_smoothing_loss_log_softmax_of_softmax, "log of the softmax"),
+])
+def test_label_smoothing_loss_classic_mistakes_are_diagnosed(fn, phrase):
+    _assert_diagnosed(check(fn, name="label_smoothing_loss"), phrase)
+
+
+def test_label_smoothing_loss_unstable_version_fails_only_the_large_logits_test():
+    report = check(label_smoothing_loss_unstable, name="label_smoothing_loss")
+    failed = [r for r in report.results if not r.passed]
+    assert [r.name for r in failed] == ["large logits"]
+    assert "NaN" in failed[0].feedback
+
+
+def label_smoothing_loss_cross_entropy(logits, target, smoothing, ignore_index=-100):
+    return F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=ignore_index)
+
+
+def label_smoothing_loss_module(logits, target, smoothing, ignore_index=-100):
+    return nn.CrossEntropyLoss(ignore_index=ignore_index, label_smoothing=smoothing)(logits, target)
+
+
+def label_smoothing_loss_nll(logits, target, smoothing, ignore_index=-100):
+    log_p = torch.log_softmax(logits, dim=-1)
+    keep = target != ignore_index
+    return (1 - smoothing) * F.nll_loss(log_p, target, ignore_index=ignore_index) \
+        + smoothing * (-log_p.mean(-1))[keep].mean()
+
+
+@pytest.mark.parametrize("fn, phrase", [
+    (label_smoothing_loss_cross_entropy, "torch.nn.functional.cross_entropy"),
+    (label_smoothing_loss_module, "torch.nn.CrossEntropyLoss"),
+    (label_smoothing_loss_nll, "torch.nn.functional.nll_loss"),
+])
+def test_label_smoothing_loss_forbidden_calls_are_reported(fn, phrase):
+    report = check(fn, name="label_smoothing_loss")
+    assert report.status == "forbidden" and report.score == 0
+    assert phrase in report.notes[0]
+
+
+def label_smoothing_loss_python_float(logits, target, smoothing, ignore_index=-100):
+    return label_smoothing_loss_explicit_target(logits, target, smoothing, ignore_index).item()
+
+
+def label_smoothing_loss_per_row(logits, target, smoothing, ignore_index=-100):
+    C = logits.shape[-1]
+    q = torch.full_like(logits, smoothing / C)
+    q[torch.arange(len(target)), target.clamp(min=0)] += 1 - smoothing
+    return -(q * torch.log_softmax(logits, dim=-1)).sum(-1)
+
+
+def label_smoothing_loss_raises(logits, target, smoothing, ignore_index=-100):
+    raise ValueError("smoothing is not supported")
+
+
+def test_label_smoothing_loss_wrong_type_shape_and_exceptions_are_failed_tests_with_feedback():
+    report = check(label_smoothing_loss_python_float, name="label_smoothing_loss")
+    assert report.status == "failed" and "expected a torch.Tensor" in report.results[0].feedback
+    report = check(label_smoothing_loss_per_row, name="label_smoothing_loss")
+    assert report.status == "failed" and "has shape (6), expected ()" in str(report)
+    report = check(label_smoothing_loss_raises, name="label_smoothing_loss")
+    assert report.score == 0 and "raised ValueError: smoothing is not supported" in report.results[0].feedback
+
+
+def test_label_smoothing_loss_all_ignored_accepts_nan_or_zero():
+    for fn in (course_lib.label_smoothing_loss, label_smoothing_loss_max_shift):
+        report = check(fn, name="label_smoothing_loss")
+        assert next(r for r in report.results if r.name == "every row ignored").passed
