@@ -162,3 +162,14 @@ def test_when_implemented_turns_not_implemented_into_a_reminder(capsys):
     with pytest.raises(ValueError):
         with when_implemented():
             raise ValueError("a real error still shows")
+
+
+def imports_inside_the_body(x, dim=-1):
+    from course_lib import softmax as mine
+
+    return mine(x, dim)
+
+
+def test_an_import_inside_the_function_body_is_resolved_too():
+    assert "reference implementation" in violations_in_function(imports_inside_the_body, RULES)[0]
+    assert "reference implementation" in violations_in_source(open(__file__).read(), "imports_inside_the_body", RULES)[0]

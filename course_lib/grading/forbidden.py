@@ -193,10 +193,16 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
     methods = _method_rules(rules)
     import torch
 
+    local_imports = _import_aliases(func)  # `import ...` inside the function body itself
+    exact = {r for r in rules if not r.startswith("method:")}
     found: list[str] = []
     for chain, written in _chains(func):
         note = None
-        if chain[0] in _DYNAMIC and len(chain) == 1 and chain[0] not in getattr(fn, "__globals__", {}):
+        if chain[0] in local_imports:
+            path = ".".join([local_imports[chain[0]], *chain[1:]])
+            if path.split(".")[0] == REFERENCE_PACKAGE or path in exact:
+                note = _describe(path, written)
+        elif chain[0] in _DYNAMIC and len(chain) == 1 and chain[0] not in getattr(fn, "__globals__", {}):
             note = _dynamic_note(chain[0])
         elif chain[0] != "<expr>" and chain[0] in env:
             obj: Any = env[chain[0]]
