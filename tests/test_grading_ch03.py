@@ -1,0 +1,914 @@
+"""Specification of the checks of assignment 03_multi_head_attention (course_lib.grading.exercises.ch03).
+
+For each graded function (split_heads, merge_heads, multi_head_attention,
+multi_head_attention_sum_form):
+
+- the reference and alternative correct implementations score full marks;
+- a stub raising NotImplementedError scores 0 with status "not implemented";
+- each classic mistake, written here the way a student might write it, loses points and is
+  named in ``report.diagnoses``;
+- a forbidden call gives status "forbidden" and 0 points;
+- a wrong shape, an exception, NaN or a wrong return type gives failed tests with feedback.
+
+The implementations are module-level functions so that the forbidden-call check can read
+their source.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import course_lib
+from course_lib.grading import check, exercise
+from course_lib.grading.exercises import ch03
+
+INF = float("inf")
+FUNCTIONS = ("split_heads", "merge_heads", "multi_head_attention", "multi_head_attention_sum_form")
+
+
+# --- shared pieces of the student-style implementations ---------------------------------------
+
+
+def _attend(q, k, v, mask=None, *, scale=None, fill=-INF, zero_empty_rows=True):
+    """Scaled dot-product attention as the notebook provides it (torch.softmax allowed)."""
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale is None else scale)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, fill)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None and zero_empty_rows:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
+def _split(x, H):
+    N, L, E = x.shape
+    return x.view(N, L, H, E // H).transpose(1, 2)  # (N, H, L, D)
+
+
+def _merge(x):
+    N, H, L, D = x.shape
+    return x.transpose(1, 2).reshape(N, L, H * D)  # (N, L, H*D)
+
+
+def _heads(query, key, value, W_q, W_k, W_v, H, mask=None, **attend):
+    q, k, v = _split(query @ W_q, H), _split(key @ W_k, H), _split(value @ W_v, H)
+    return _attend(q, k, v, mask, **attend)  # (N, H, L, D), (N, H, L, S)
+
+
+# =============================================================================================
+# split_heads
+# =============================================================================================
+
+# --- correct ----------------------------------------------------------------------------------
+
+
+def split_heads_by_chunks(x, num_heads):
+    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+
+def split_heads_by_slicing(x, num_heads):
+    D = x.shape[-1] // num_heads
+    return torch.stack([x[:, :, h * D:(h + 1) * D] for h in range(num_heads)], dim=1)
+
+
+def split_heads_in_numpy(x, num_heads):
+    N, L, E = x.shape
+    a = x.numpy().reshape(N, L, num_heads, E // num_heads)
+    return torch.from_numpy(np.ascontiguousarray(np.transpose(a, (0, 2, 1, 3))))
+
+
+def split_heads_by_unflatten(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1)).permute(0, 2, 1, 3)
+
+
+# --- wrong ------------------------------------------------------------------------------------
+
+
+def split_heads_stub(x, num_heads):
+    raise NotImplementedError()
+
+
+def split_heads_bare_view(x, num_heads):
+    N, L, E = x.shape
+    return x.view(N, num_heads, L, E // num_heads)
+
+
+def split_heads_without_transpose(x, num_heads):
+    N, L, E = x.shape
+    return x.view(N, L, num_heads, E // num_heads)
+
+
+def split_heads_head_major(x, num_heads):
+    N, L, E = x.shape
+    return x.view(N, L, E // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+def split_heads_d_and_h_swapped(x, num_heads):
+    N, L, E = x.shape
+    return x.view(N, L, E // num_heads, num_heads).transpose(1, 2)
+
+
+def split_heads_transposing_wrong_axes(x, num_heads):
+    N, L, E = x.shape
+    return x.view(N, L, num_heads, E // num_heads).transpose(2, 3)
+
+
+def split_heads_using_course_lib(x, num_heads):
+    return course_lib.split_heads(x, num_heads)
+
+
+def split_heads_returns_numpy(x, num_heads):
+    return split_heads_by_chunks(x, num_heads).numpy()
+
+
+def split_heads_raises(x, num_heads):
+    raise IndexError("tuple index out of range")
+
+
+# =============================================================================================
+# merge_heads
+# =============================================================================================
+
+# --- correct ----------------------------------------------------------------------------------
+
+
+def merge_heads_by_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def merge_heads_by_permute_flatten(x):
+    return x.permute(0, 2, 1, 3).flatten(2)
+
+
+def merge_heads_in_numpy(x):
+    N, H, L, D = x.shape
+    a = np.transpose(x.numpy(), (0, 2, 1, 3)).reshape(N, L, H * D)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+# --- wrong ------------------------------------------------------------------------------------
+
+
+def merge_heads_stub(x):
+    raise NotImplementedError()
+
+
+def merge_heads_without_transpose(x):
+    N, H, L, D = x.shape
+    return x.reshape(N, L, H * D)
+
+
+def merge_heads_wrong_order(x):
+    N, H, L, D = x.shape
+    return x.permute(0, 2, 3, 1).reshape(N, L, H * D)
+
+
+def merge_heads_transposing_wrong_axes(x):
+    N, H, L, D = x.shape
+    return x.transpose(2, 3).reshape(N, L, H * D)
+
+
+def merge_heads_by_averaging(x):
+    return x.mean(dim=1)
+
+
+def merge_heads_wrong_shape(x):
+    N, H, L, D = x.shape
+    return x.transpose(1, 2).reshape(N, L * H, D)
+
+
+def merge_heads_raises(x):
+    raise RuntimeError("view size is not compatible with input tensor's size and stride")
+
+
+# =============================================================================================
+# multi_head_attention
+# =============================================================================================
+
+# --- correct ----------------------------------------------------------------------------------
+
+
+def mha_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_by_einsum(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    E = query.shape[-1]
+    H, D = num_heads, E // num_heads
+    q = torch.einsum("nle,ehd->nhld", query, W_q.view(E, H, D))
+    k = torch.einsum("nse,ehd->nhsd", key, W_k.view(E, H, D))
+    v = torch.einsum("nse,ehd->nhsd", value, W_v.view(E, H, D))
+    scores = torch.einsum("nhld,nhsd->nhls", q, k) / math.sqrt(D)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -INF)
+    m = scores.amax(-1, keepdim=True)
+    e = torch.exp(scores - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    weights = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+    out = torch.einsum("nhls,nhsd,hde->nle", weights, v, W_o.view(H, D, E))
+    return out, weights
+
+
+def mha_by_loop_over_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    N, L, E = query.shape
+    S, D = key.shape[1], E // num_heads
+    m = torch.ones(N, num_heads, L, S, dtype=torch.bool) if mask is None else mask.expand(N, num_heads, L, S)
+    heads, weights = [], []
+    for h in range(num_heads):
+        cols = slice(h * D, (h + 1) * D)
+        head, w = _attend(query @ W_q[:, cols], key @ W_k[:, cols], value @ W_v[:, cols], m[:, h])
+        heads.append(head)
+        weights.append(w)
+    return torch.cat(heads, dim=-1) @ W_o, torch.stack(weights, dim=1)
+
+
+def mha_in_numpy(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    zq, xk, xv, wq, wk, wv, wo = (t.numpy().astype(np.float64) for t in (query, key, value, W_q, W_k, W_v, W_o))
+    N, L, E = zq.shape
+    S, H = xk.shape[1], num_heads
+    D = E // H
+
+    def split(a):
+        return a.reshape(a.shape[0], a.shape[1], H, D).transpose(0, 2, 1, 3)
+
+    q, k, v = split(zq @ wq), split(xk @ wk), split(xv @ wv)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D)
+    m = np.ones((N, H, L, S), dtype=bool) if mask is None else np.broadcast_to(mask.numpy(), (N, H, L, S))
+    scores = np.where(m, scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = e.sum(-1, keepdims=True)
+    weights = e / np.where(total > 0, total, 1.0)
+    out = (weights @ v).transpose(0, 2, 1, 3).reshape(N, L, E) @ wo
+    return torch.from_numpy(out).to(query.dtype), torch.from_numpy(weights).to(query.dtype)
+
+
+# --- wrong ------------------------------------------------------------------------------------
+
+
+def mha_stub(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    raise NotImplementedError()
+
+
+def mha_averaging_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    return heads.mean(dim=1), weights  # (N, L, D)
+
+
+def mha_averaging_head_contributions(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    D = heads.shape[-1]
+    parts = [heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads)]
+    return torch.stack(parts).mean(dim=0), weights
+
+
+def mha_unscaled(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, scale=1.0)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_scaled_by_sqrt_d_model(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    E = query.shape[-1]
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, scale=math.sqrt(E))
+    return _merge(heads) @ W_o, weights
+
+
+def mha_without_w_o(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    return _merge(heads), weights
+
+
+def mha_w_o_block_per_head(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    D = heads.shape[-1]
+    projected = [heads[:, h] @ W_o[h * D:(h + 1) * D, h * D:(h + 1) * D] for h in range(num_heads)]
+    return torch.cat(projected, dim=-1), weights
+
+
+def mha_concatenating_projected_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    D = heads.shape[-1]
+    return torch.cat([heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads)], dim=-1), weights
+
+
+def mha_inverted_mask(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, None if mask is None else ~mask)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_mask_after_softmax(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    q, k, v = _split(query @ W_q, num_heads), _split(key @ W_k, num_heads), _split(value @ W_v, num_heads)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return _merge(weights @ v) @ W_o, weights
+
+
+def mha_large_negative_mask(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, fill=-1e9, zero_empty_rows=False)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_nan_for_fully_masked_rows(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, zero_empty_rows=False)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_unstable_softmax(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    q, k, v = _split(query @ W_q, num_heads), _split(key @ W_k, num_heads), _split(value @ W_v, num_heads)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    e = torch.exp(scores)
+    if mask is not None:
+        e = e * mask
+    weights = e / e.sum(dim=-1, keepdim=True)
+    return _merge(weights @ v) @ W_o, weights
+
+
+def mha_softmax_over_queries(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    q, k, v = _split(query @ W_q, num_heads), _split(key @ W_k, num_heads), _split(value @ W_v, num_heads)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -INF)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-2))
+    return _merge(weights @ v) @ W_o, weights
+
+
+def mha_bare_view_split(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    N, L, E = query.shape
+    S, D = key.shape[1], E // num_heads
+    q = (query @ W_q).view(N, num_heads, L, D)
+    k = (key @ W_k).view(N, num_heads, S, D)
+    v = (value @ W_v).view(N, num_heads, S, D)
+    heads, weights = _attend(q, k, v, mask)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_bare_view_split_and_merge(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    N, L, E = query.shape
+    S, D = key.shape[1], E // num_heads
+    q = (query @ W_q).view(N, num_heads, L, D)
+    k = (key @ W_k).view(N, num_heads, S, D)
+    v = (value @ W_v).view(N, num_heads, S, D)
+    heads, weights = _attend(q, k, v, mask)
+    return heads.reshape(N, L, E) @ W_o, weights
+
+
+def mha_head_major_split(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    def split(x):
+        N, T, E = x.shape
+        return x.view(N, T, E // num_heads, num_heads).permute(0, 3, 1, 2)
+
+    heads, weights = _attend(split(query @ W_q), split(key @ W_k), split(value @ W_v), mask)
+    N, H, L, D = heads.shape
+    return heads.permute(0, 2, 3, 1).reshape(N, L, H * D) @ W_o, weights
+
+
+def mha_weights_averaged_over_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    return _merge(heads) @ W_o, weights.mean(dim=1)
+
+
+def mha_transposed_weights(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q.T, W_k.T, W_v.T, num_heads, mask)
+    return _merge(heads) @ W_o.T, weights
+
+
+def mha_keys_and_values_from_query(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, query, query, W_q, W_k, W_v, num_heads, mask)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_values_from_key(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, key, W_q, W_k, W_v, num_heads, mask)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_weights_of_the_wrong_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    return _merge(heads) @ W_o, weights.flip(1)
+
+
+def mha_returns_scores_as_weights(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    q, k, v = _split(query @ W_q, num_heads), _split(key @ W_k, num_heads), _split(value @ W_v, num_heads)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    heads, _ = _attend(q, k, v, mask)
+    return _merge(heads) @ W_o, scores
+
+
+def mha_using_torch_sdpa(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    q, k, v = _split(query @ W_q, num_heads), _split(key @ W_k, num_heads), _split(value @ W_v, num_heads)
+    return _merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)) @ W_o, None
+
+
+def mha_using_torch_module(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    m = nn.MultiheadAttention(query.shape[-1], num_heads, bias=False, batch_first=True)
+    return m(query, key, value, need_weights=True, average_attn_weights=False)
+
+
+def mha_using_multi_head_attention_forward(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    W = torch.cat([W_q, W_k, W_v], dim=1).T
+    out, w = F.multi_head_attention_forward(
+        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), query.shape[-1], num_heads,
+        W, None, None, None, False, 0.0, W_o.T, None, average_attn_weights=False)
+    return out.transpose(0, 1), w
+
+
+def mha_using_course_lib(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    return course_lib.multi_head_attention(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)
+
+
+def mha_returns_output_only(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    return mha_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)[0]
+
+
+def mha_raises(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+
+def mha_returns_nan(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    out, weights = mha_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)
+    return torch.full_like(out, float("nan")), weights
+
+
+def mha_returns_dict(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    out, weights = mha_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)
+    return {"output": out, "weights": weights}
+
+
+# =============================================================================================
+# multi_head_attention_sum_form
+# =============================================================================================
+
+# --- correct ----------------------------------------------------------------------------------
+
+
+def sum_form_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    D = heads.shape[-1]
+    output = torch.zeros_like(query)
+    for h in range(num_heads):
+        output = output + heads[:, h] @ W_o[h * D:(h + 1) * D, :]
+    return output
+
+
+def sum_form_by_einsum(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    H, D = num_heads, heads.shape[-1]
+    return torch.einsum("nhld,hde->nle", heads, W_o.view(H, D, -1))
+
+
+def sum_form_head_by_head(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    N, L, E = query.shape
+    S, D = key.shape[1], E // num_heads
+    m = None if mask is None else mask.expand(N, num_heads, L, S)
+    output = 0
+    for h in range(num_heads):
+        block = slice(h * D, (h + 1) * D)
+        head, _ = _attend(query @ W_q[:, block], key @ W_k[:, block], value @ W_v[:, block],
+                          None if m is None else m[:, h])
+        output = output + head @ W_o[block]
+    return output
+
+
+def sum_form_in_numpy(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    return mha_in_numpy(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)[0]
+
+
+# --- wrong ------------------------------------------------------------------------------------
+
+
+def sum_form_stub(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    raise NotImplementedError()
+
+
+def sum_form_unscaled(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, scale=1.0)
+    D = heads.shape[-1]
+    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+
+
+def sum_form_scaled_by_sqrt_d_model(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, scale=math.sqrt(query.shape[-1]))
+    D = heads.shape[-1]
+    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+
+
+def sum_form_w_o_columns(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    D = heads.shape[-1]
+    output = torch.zeros_like(query)
+    for h in range(num_heads):
+        W_h = W_o[:, h * D:(h + 1) * D]  # (E, D): columns, as in Zhu et al.'s W_m, but of the wrong matrix side
+        output = output + (W_h @ heads[:, h].transpose(-2, -1)).transpose(-2, -1)
+    return output
+
+
+def sum_form_averaging_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    D = heads.shape[-1]
+    return torch.stack([heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads)]).mean(0)
+
+
+def sum_form_without_w_o(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    return heads.sum(dim=1)
+
+
+def sum_form_inverted_mask(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    return sum_form_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads,
+                                       None if mask is None else ~mask)
+
+
+def sum_form_mask_after_softmax(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    q, k, v = _split(query @ W_q, num_heads), _split(key @ W_k, num_heads), _split(value @ W_v, num_heads)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    if mask is not None:
+        weights = weights * mask
+    heads, D = weights @ v, q.shape[-1]
+    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+
+
+def sum_form_nan_for_fully_masked_rows(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, zero_empty_rows=False)
+    D = heads.shape[-1]
+    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+
+
+def sum_form_bare_view_split(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    N, L, E = query.shape
+    S, D = key.shape[1], E // num_heads
+    q = (query @ W_q).view(N, num_heads, L, D)
+    k = (key @ W_k).view(N, num_heads, S, D)
+    v = (value @ W_v).view(N, num_heads, S, D)
+    heads, _ = _attend(q, k, v, mask)
+    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+
+
+def sum_form_interleaved_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    N, L, E = query.shape
+    S = key.shape[1]
+    m = None if mask is None else mask.expand(N, num_heads, L, S)
+    output = 0
+    for h in range(num_heads):
+        cols = slice(h, None, num_heads)  # every H-th column
+        head, _ = _attend(query @ W_q[:, cols], key @ W_k[:, cols], value @ W_v[:, cols],
+                          None if m is None else m[:, h])
+        output = output + head @ W_o[cols]
+    return output
+
+
+def sum_form_float32_accumulator(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    N, H, L, D = heads.shape
+    output = torch.zeros(N, L, H * D)
+    for h in range(num_heads):
+        output += heads[:, h] @ W_o[h * D:(h + 1) * D]
+    return output
+
+
+def sum_form_using_torch_sdpa(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    q, k, v = _split(query @ W_q, num_heads), _split(key @ W_k, num_heads), _split(value @ W_v, num_heads)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    D = heads.shape[-1]
+    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+
+
+def sum_form_using_course_lib(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    return course_lib.multi_head_attention(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)[0]
+
+
+def sum_form_wrong_shape(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    D = heads.shape[-1]
+    return torch.stack([heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads)], dim=1)
+
+
+def sum_form_returns_tuple(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    return mha_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)
+
+
+# =============================================================================================
+# tests
+# =============================================================================================
+
+CORRECT = [
+    ("split_heads", course_lib.split_heads),
+    ("split_heads", split_heads_by_chunks),
+    ("split_heads", split_heads_by_slicing),
+    ("split_heads", split_heads_in_numpy),
+    ("split_heads", split_heads_by_unflatten),
+    ("merge_heads", course_lib.merge_heads),
+    ("merge_heads", merge_heads_by_cat),
+    ("merge_heads", merge_heads_by_permute_flatten),
+    ("merge_heads", merge_heads_in_numpy),
+    ("multi_head_attention", course_lib.multi_head_attention),
+    ("multi_head_attention", mha_as_in_the_notebook),
+    ("multi_head_attention", mha_by_einsum),
+    ("multi_head_attention", mha_by_loop_over_heads),
+    ("multi_head_attention", mha_in_numpy),
+    ("multi_head_attention_sum_form", course_lib.multi_head_attention_sum_form),
+    ("multi_head_attention_sum_form", sum_form_as_in_the_notebook),
+    ("multi_head_attention_sum_form", sum_form_by_einsum),
+    ("multi_head_attention_sum_form", sum_form_head_by_head),
+    ("multi_head_attention_sum_form", sum_form_in_numpy),
+]
+
+
+def _id(fn) -> str:
+    return f"{fn.__module__.split('.')[0]}.{fn.__name__}"
+
+
+@pytest.mark.parametrize("name, fn", [pytest.param(n, f, id=_id(f)) for n, f in CORRECT])
+def test_reference_and_alternative_correct_implementations_score_full_marks(name, fn):
+    report = check(fn, name=name)
+    assert report.status == "passed", str(report)
+    assert report.score == report.max_score
+    assert report.diagnoses == []
+
+
+def test_the_reference_concatenation_form_passes_the_sum_form_exercise():
+    # the two forms are the same function; only the return value differs
+    report = check(lambda *a: course_lib.multi_head_attention(*a)[0], name="multi_head_attention_sum_form")
+    assert report.status == "passed", str(report)
+
+
+@pytest.mark.parametrize("name, total", [("split_heads", 7), ("merge_heads", 7), ("multi_head_attention", 12),
+                                         ("multi_head_attention_sum_form", 10)])
+def test_points_per_function(name, total):
+    ex = exercise(name)
+    assert ex.max_score == total
+    assert all(float(c.points).is_integer() and c.points >= 1 for c in ex.cases())
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_every_case_has_a_distinct_name_and_says_what_it_checks(name):
+    cases = exercise(name).cases()
+    assert len({c.name for c in cases}) == len(cases)
+    assert all(c.checks for c in cases)
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_cases_use_plain_data_only(name):
+    for case in exercise(name).cases():
+        for call in case.calls:
+            for a in (*call.args, *call.kwargs.values()):
+                assert a is None or type(a) in (torch.Tensor, int, float, bool, str), (case.name, type(a))
+
+
+def test_multi_head_attention_names_its_two_outputs():
+    assert exercise("multi_head_attention").output_names == ("output", "weights")
+
+
+@pytest.mark.parametrize("name, stub", [("split_heads", split_heads_stub), ("merge_heads", merge_heads_stub),
+                                        ("multi_head_attention", mha_stub),
+                                        ("multi_head_attention_sum_form", sum_form_stub)])
+def test_stub_scores_zero_and_is_reported_as_not_implemented(name, stub):
+    report = check(stub, name=name)
+    assert report.status == "not implemented"
+    assert report.score == 0
+    assert report.max_score > 0
+
+
+MISTAKES = [
+    # split_heads
+    ("split_heads", split_heads_bare_view, "without the transpose"),
+    ("split_heads", split_heads_without_transpose, "but not transposing"),
+    ("split_heads", split_heads_head_major, "every H-th feature"),
+    ("split_heads", split_heads_d_and_h_swapped, "swapping H and D"),
+    ("split_heads", split_heads_transposing_wrong_axes, "transposing the wrong axes"),
+    # merge_heads
+    ("merge_heads", merge_heads_without_transpose, "without transposing back"),
+    ("merge_heads", merge_heads_wrong_order, "features come out interleaved"),
+    ("merge_heads", merge_heads_transposing_wrong_axes, "transposing the wrong axes"),
+    ("merge_heads", merge_heads_by_averaging, "averaging the heads instead of concatenating"),
+    # multi_head_attention
+    ("multi_head_attention", mha_averaging_heads, "averaging the heads instead of concatenating"),
+    ("multi_head_attention", mha_averaging_head_contributions, "averaging the heads' contributions"),
+    ("multi_head_attention", mha_unscaled, "forgetting to divide the scores by sqrt(D)"),
+    ("multi_head_attention", mha_scaled_by_sqrt_d_model, "sqrt(E) (d_model) instead of sqrt(D)"),
+    ("multi_head_attention", mha_without_w_o, "forgetting the output projection W_o"),
+    ("multi_head_attention", mha_w_o_block_per_head, "diagonal block of W_o"),
+    ("multi_head_attention", mha_concatenating_projected_heads, "width H * E"),
+    ("multi_head_attention", mha_inverted_mask, "inverting the mask"),
+    ("multi_head_attention", mha_mask_after_softmax, "mask after the softmax"),
+    ("multi_head_attention", mha_large_negative_mask, "large negative number instead of -inf"),
+    ("multi_head_attention", mha_nan_for_fully_masked_rows, "fully masked row gives NaN"),
+    ("multi_head_attention", mha_unstable_softmax, "without subtracting the row maximum"),
+    ("multi_head_attention", mha_softmax_over_queries, "softmax over the queries"),
+    ("multi_head_attention", mha_bare_view_split, "bare view/reshape to (N, H, L, D)"),
+    ("multi_head_attention", mha_bare_view_split_and_merge, "bare view/reshape to (N, H, L, D)"),
+    ("multi_head_attention", mha_head_major_split, "every H-th feature"),
+    ("multi_head_attention", mha_weights_averaged_over_heads, "weights averaged over the heads"),
+    ("multi_head_attention", mha_transposed_weights, "x @ W.T"),
+    ("multi_head_attention", mha_keys_and_values_from_query, "keys and values from the query"),
+    ("multi_head_attention", mha_values_from_key, "values from the key argument"),
+    # multi_head_attention_sum_form
+    ("multi_head_attention_sum_form", sum_form_unscaled, "forgetting to divide the scores by sqrt(D)"),
+    ("multi_head_attention_sum_form", sum_form_scaled_by_sqrt_d_model, "sqrt(E) (d_model) instead of sqrt(D)"),
+    ("multi_head_attention_sum_form", sum_form_w_o_columns, "from its columns"),
+    ("multi_head_attention_sum_form", sum_form_averaging_heads, "instead of summing them"),
+    ("multi_head_attention_sum_form", sum_form_without_w_o, "without projecting each one"),
+    ("multi_head_attention_sum_form", sum_form_inverted_mask, "inverting the mask"),
+    ("multi_head_attention_sum_form", sum_form_mask_after_softmax, "mask after the softmax"),
+    ("multi_head_attention_sum_form", sum_form_nan_for_fully_masked_rows, "fully masked row gives NaN"),
+    ("multi_head_attention_sum_form", sum_form_bare_view_split, "bare view/reshape to (N, H, L, D)"),
+    ("multi_head_attention_sum_form", sum_form_interleaved_heads, "every H-th feature"),
+]
+
+
+@pytest.mark.parametrize("name, fn, phrase", [pytest.param(*m, id=m[1].__name__) for m in MISTAKES])
+def test_classic_mistake_loses_points_and_is_diagnosed(name, fn, phrase):
+    report = check(fn, name=name)
+    assert report.status == "failed", str(report)
+    assert report.score < report.max_score
+    assert any(phrase in d for d in report.diagnoses), f"{phrase!r} not in {report.diagnoses}"
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_every_listed_mistake_is_recognised_when_made(name):
+    # each Mistake fails some test of its exercise, and that test then names it
+    for mistake in exercise(name).mistakes:
+        report = check(mistake.implementation, name=name)
+        assert report.status == "failed", mistake.message
+        assert mistake.message in report.diagnoses, (mistake.message, report.diagnoses)
+
+
+def test_bare_view_split_passes_only_for_a_single_token():
+    report = check(split_heads_bare_view, name="split_heads")
+    passed = {r.name for r in report.results if r.passed}
+    assert "one token" in passed and "one head" in passed
+    assert "fixed small case" not in passed and "random shapes" not in passed
+
+
+def test_bare_view_split_inside_attention_leaks_the_future():
+    report = check(mha_bare_view_split, name="multi_head_attention")
+    causal = next(r for r in report.results if r.name == "causal mask: no look-ahead")
+    assert not causal.passed
+    assert "sees the future" in causal.feedback
+
+
+def test_scaling_by_d_model_fails_only_where_there_are_several_heads():
+    report = check(mha_scaled_by_sqrt_d_model, name="multi_head_attention")
+    by_name = {r.name: r for r in report.results}
+    assert not by_name["several head counts"].passed
+    assert "sqrt(E) (d_model)" in by_name["several head counts"].diagnosis
+    for name in ("per-head weights", "causal mask: no look-ahead"):  # properties still hold
+        assert by_name[name].passed, name
+
+
+def test_unscaled_attention_fails_value_tests_but_passes_the_property_tests():
+    report = check(mha_unscaled, name="multi_head_attention")
+    by_name = {r.name: r for r in report.results}
+    assert not by_name["fixed small case"].passed
+    assert "too peaked" in by_name["fixed small case"].diagnosis
+    for name in ("per-head weights", "causal mask: no look-ahead", "large scores"):
+        assert by_name[name].passed, name
+
+
+def test_averaging_heads_gives_a_shape_feedback_and_its_diagnosis():
+    report = check(mha_averaging_heads, name="multi_head_attention")
+    first = report.results[0]
+    assert "output has shape (1, 3, 2), expected (1, 3, 4)" in first.feedback
+    assert "averaging the heads" in first.diagnosis
+
+
+def test_head_averaged_weights_fail_the_per_head_weights_test():
+    report = check(mha_weights_averaged_over_heads, name="multi_head_attention")
+    per_head = next(r for r in report.results if r.name == "per-head weights")
+    assert not per_head.passed
+    assert "weights has shape" in per_head.feedback and "expected (2, 4, 3, 5)" in per_head.feedback
+
+
+def test_weights_that_do_not_give_the_output_fail_the_per_head_weights_test():
+    report = check(mha_weights_of_the_wrong_heads, name="multi_head_attention")
+    per_head = next(r for r in report.results if r.name == "per-head weights")
+    assert not per_head.passed
+    assert "not what the returned weights give" in per_head.feedback
+
+
+def test_scores_returned_as_weights_fail_the_per_head_weights_test():
+    report = check(mha_returns_scores_as_weights, name="multi_head_attention")
+    per_head = next(r for r in report.results if r.name == "per-head weights")
+    assert not per_head.passed
+    assert "negative" in per_head.feedback or "sum to 1" in per_head.feedback
+
+
+def test_inverted_mask_fails_every_masked_test_and_passes_the_unmasked_ones():
+    report = check(mha_inverted_mask, name="multi_head_attention")
+    failed = {r.name for r in report.results if not r.passed}
+    assert {"mask (L, S)", "mask per sequence and per head", "padding mask", "fully masked rows"} <= failed
+    assert "fixed small case" not in failed and "several head counts" not in failed
+
+
+def test_large_negative_mask_passes_except_on_fully_masked_rows():
+    for name, fn in (("multi_head_attention", mha_large_negative_mask),):
+        report = check(fn, name=name)
+        failed = [r for r in report.results if not r.passed]
+        assert [r.name for r in failed] == ["fully masked rows"]
+        assert "uniform weights" in failed[0].diagnosis
+
+
+def test_nan_on_fully_masked_rows_is_reported_as_nan():
+    report = check(sum_form_nan_for_fully_masked_rows, name="multi_head_attention_sum_form")
+    failed = [r for r in report.results if not r.passed]
+    assert [r.name for r in failed] == ["fully masked rows"]
+    assert "NaN" in failed[0].feedback
+
+
+def test_unstable_softmax_is_diagnosed_on_the_large_scores_test():
+    report = check(mha_unstable_softmax, name="multi_head_attention")
+    large = next(r for r in report.results if r.name == "large scores")
+    assert not large.passed and "NaN" in large.feedback
+    assert "without subtracting the row maximum" in large.diagnosis
+
+
+def test_w_o_columns_in_the_sum_form_fail_the_comparison_with_the_concatenation_form():
+    report = check(sum_form_w_o_columns, name="multi_head_attention_sum_form")
+    by_name = {r.name: r for r in report.results}
+    assert not by_name["equals the concatenation form"].passed
+    assert "concatenation form" in by_name["equals the concatenation form"].feedback
+    assert "rows" in by_name["equals the concatenation form"].diagnosis
+    assert by_name["cross-attention, several head counts"].points == 0
+
+
+def test_a_float32_accumulator_in_the_sum_form_is_reported_as_a_dtype_problem():
+    report = check(sum_form_float32_accumulator, name="multi_head_attention_sum_form")
+    failed = [r for r in report.results if not r.passed]
+    assert [r.name for r in failed] == ["equals the concatenation form"]
+    assert "dtype torch.float32 for torch.float64 inputs" in failed[0].feedback
+
+
+FORBIDDEN = [
+    ("split_heads", split_heads_using_course_lib, "reference implementation"),
+    ("multi_head_attention", mha_using_torch_sdpa, "torch.nn.functional.scaled_dot_product_attention"),
+    ("multi_head_attention", mha_using_torch_module, "torch.nn.MultiheadAttention"),
+    ("multi_head_attention", mha_using_multi_head_attention_forward, "multi_head_attention_forward"),
+    ("multi_head_attention", mha_using_course_lib, "reference implementation"),
+    ("multi_head_attention_sum_form", sum_form_using_torch_sdpa, "torch.nn.functional.scaled_dot_product_attention"),
+    ("multi_head_attention_sum_form", sum_form_using_course_lib, "reference implementation"),
+]
+
+
+@pytest.mark.parametrize("name, fn, phrase", [pytest.param(*f, id=f[1].__name__) for f in FORBIDDEN])
+def test_forbidden_call_is_reported_and_scores_zero(name, fn, phrase):
+    report = check(fn, name=name)
+    assert report.status == "forbidden"
+    assert report.score == 0
+    assert any(phrase in n for n in report.notes), report.notes
+
+
+def test_softmax_is_allowed_inside_multi_head_attention():
+    # the provided helper uses torch.softmax; only the functions that do the whole job are forbidden
+    for name in ("multi_head_attention", "multi_head_attention_sum_form"):
+        assert "torch.softmax" not in exercise(name).forbidden
+    report = check(mha_softmax_over_queries, name="multi_head_attention")
+    assert report.status == "failed"
+
+
+BROKEN = [
+    ("split_heads", split_heads_returns_numpy, "expected a torch.Tensor"),
+    ("split_heads", split_heads_raises, "raised IndexError"),
+    ("merge_heads", merge_heads_wrong_shape, "shape"),
+    ("merge_heads", merge_heads_raises, "raised RuntimeError"),
+    ("multi_head_attention", mha_returns_output_only, "single value"),
+    ("multi_head_attention", mha_raises, "raised RuntimeError"),
+    ("multi_head_attention", mha_returns_nan, "NaN"),
+    ("multi_head_attention", mha_returns_dict, "expected a torch.Tensor"),
+    ("multi_head_attention_sum_form", sum_form_wrong_shape, "shape"),
+    ("multi_head_attention_sum_form", sum_form_returns_tuple, "expected a single tensor"),
+]
+
+
+@pytest.mark.parametrize("name, fn, phrase", [pytest.param(*b, id=b[1].__name__) for b in BROKEN])
+def test_wrong_shape_exception_nan_or_type_gives_failed_tests_with_feedback(name, fn, phrase):
+    report = check(fn, name=name)
+    assert report.status == "failed"
+    assert report.score < report.max_score
+    failed = [r for r in report.results if not r.passed]
+    assert failed and all(r.feedback for r in failed)
+    assert any(phrase in r.feedback for r in failed), [r.feedback for r in failed]
+    str(report), report._repr_html_()  # the report renders
+
+
+def test_the_mistake_variants_reduce_to_the_reference_when_nothing_is_changed():
+    ex = exercise("multi_head_attention")
+    case = ex.cases()[6]  # masks per sequence and per head
+    for call, expected in zip(case.calls, ex.expected()[6]):
+        out, w = ch03._mha_variant(*call.args)
+        assert torch.allclose(out, expected[0], atol=1e-6) and torch.allclose(w, expected[1], atol=1e-6)
+
+
+def test_check_of_each_reference_is_fast():
+    import time
+
+    for name in FUNCTIONS:
+        check(getattr(course_lib, name))  # cases and expected outputs are computed once
+        start = time.perf_counter()
+        check(getattr(course_lib, name))
+        assert time.perf_counter() - start < 0.2, name
