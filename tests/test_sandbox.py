@@ -1,0 +1,646 @@
+"""The sandbox that runs student notebooks for the autograder.
+
+Every attack runs through a warm runner that is then used again: the attack is reported
+(a cell error, a failed call, a timeout, a crash), the next job runs normally, and nothing
+of the attack survives into it. Attacks run under each isolation level available here
+(bubblewrap and namespaces); "off" only runs honest code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.grading import sandbox
+from course_lib.grading.core import Call, Outcome
+from course_lib.grading.sandbox import Job, Limits, Runner, SandboxUnavailable
+
+ROOT = Path(__file__).resolve().parents[1]
+COURSE_SOURCE = ROOT / "course_lib" / "attention.py"
+# Generous limits so that a busy machine cannot make an honest job time out; the tests of
+# the submission limit itself lower it for one job.
+LIMITS = Limits(call_seconds=0.5, submission_seconds=8.0, cell_seconds=1.0, memory_mb=256, processes=16,
+                output_bytes=50_000, scratch_mb=4)
+SLOTS = {"bubblewrap": 41, "namespaces": 42, "none": 43}  # uids 60041.. (not those of other test files)
+LEVELS = [level for level in ("bubblewrap", "namespaces") if sandbox._probe(level)]
+needs_isolation = pytest.mark.skipif(not LEVELS, reason="no sandbox isolation available here")
+
+HONEST = """
+import torch
+
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+def stats(x):
+    return x.mean(), (x.shape[0], float(x.max())), [x > 0, int(x.numel())], True
+
+def noisy(n):
+    return torch.randn(n)
+"""
+
+
+def honest_job() -> tuple[Job, torch.Tensor]:
+    x = torch.tensor([[1.0, 2.0, 3.0], [0.0, -1.0, 5.0]])
+    job = Job(cells=[HONEST], calls={
+        "softmax": [Call((x,)), Call((x,), {"dim": 0})],
+        "stats": [Call((x,))],
+        "noisy": [Call((4,))],
+    })
+    return job, x
+
+
+def check_honest(res) -> None:
+    job, x = honest_job()
+    assert res.status == "ok", res
+    assert res.cell_errors == [] and res.missing == [] and res.reference_access == []
+    assert [o.status for o in res.outcomes["softmax"]] == ["ok", "ok"]
+    assert torch.allclose(res.outcomes["softmax"][0].value, torch.softmax(x, -1))
+    assert torch.allclose(res.outcomes["softmax"][1].value, torch.softmax(x, 0))
+    mean, pair, items, flag = res.outcomes["stats"][0].value
+    assert type(mean) is torch.Tensor and torch.allclose(mean, x.mean())
+    assert pair == (2, 5.0) and type(pair[0]) is int and type(pair[1]) is float
+    assert torch.equal(items[0], x > 0) and items[0].dtype == torch.bool and items[1] == 6
+    assert flag is True
+    assert res.outcomes["noisy"][0].value.shape == (4,)
+
+
+def uid_processes(uid: int) -> list[int]:
+    """Processes running as the sandbox uid (anywhere on the machine)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}").st_uid == uid:
+                    pids.append(int(d))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def run(runner: Runner, cells, calls=None):
+    res = runner.run(Job(cells=list(cells), calls=calls or {}))
+    # after every job: no process of the job is left, and the runner still works
+    if runner.isolation != "none":
+        assert uid_processes(runner.uid) == []
+    return res
+
+
+@pytest.fixture(scope="module")
+def secret_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("other_students")
+    (d / "alice.ipynb").write_text('{"secret": "alice solution"}')
+    return d
+
+
+@pytest.fixture(scope="module", params=LEVELS)
+def runner(request, secret_dir):
+    r = Runner(mode="auto", limits=LIMITS, slot=SLOTS[request.param], hide=[str(secret_dir)], _force=request.param)
+    yield r
+    r.close()
+
+
+def test_isolation_is_detected_once():
+    level = sandbox.detect_isolation()
+    assert level in ("bubblewrap", "namespaces", "none")
+    assert sandbox.detect_isolation() == level
+    if LEVELS:
+        assert level == LEVELS[0]
+
+
+def test_required_mode_refuses_to_run_without_isolation(monkeypatch):
+    monkeypatch.setattr(sandbox, "detect_isolation", lambda: "none")
+    with pytest.raises(SandboxUnavailable):
+        Runner(mode="required")
+    with pytest.raises(ValueError):
+        Runner(mode="sometimes")
+
+
+def test_off_mode_runs_a_normal_job():
+    with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"]) as r:
+        assert r.isolation == "none"
+        job, _ = honest_job()
+        check_honest(r.run(job))
+
+
+def test_off_mode_still_never_runs_student_code_as_root():
+    with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"]) as r:
+        res = r.run(Job(cells=["import os\ndef who():\n    return (os.getuid(), os.geteuid())"],
+                        calls={"who": [Call()]}))
+    uid, euid = res.outcomes["who"][0].value
+    assert uid == euid == r.uid != 0  # so kill(-1) cannot reach the grader or anything else of root's
+
+
+@needs_isolation
+def test_a_normal_job_returns_correct_values_identically_each_time(runner):
+    job, _ = honest_job()
+    first, second = runner.run(job), runner.run(job)
+    check_honest(first)
+    check_honest(second)
+    for name in job.calls:
+        for a, b in zip(first.outcomes[name], second.outcomes[name]):
+            assert a.status == b.status
+            va, vb = a.value, b.value
+            flat_a = va if isinstance(va, tuple) else (va,)
+            flat_b = vb if isinstance(vb, tuple) else (vb,)
+            assert repr(flat_a) == repr(flat_b)
+    assert torch.equal(first.outcomes["noisy"][0].value, second.outcomes["noisy"][0].value)  # seeded
+
+
+@needs_isolation
+def test_the_sandbox_is_an_unprivileged_pid_1_without_a_view_of_the_machine(runner):
+    res = run(runner, ["""
+import os, socket
+def who():
+    pids = [p for p in os.listdir('/proc') if p.isdigit()]
+    status = dict(line.split(':', 1) for line in open('/proc/self/status').read().splitlines())
+    caps = sum(int(status[k], 16) for k in ('CapInh', 'CapPrm', 'CapEff', 'CapAmb'))
+    return (os.getuid(), os.getgid(), os.getpid(), os.getppid(), len(pids), int(socket.gethostname() == 'sandbox'),
+            int(os.path.exists('/home')), int(os.path.exists(%r)), int(os.access('/', os.W_OK)),
+            caps, int(status['NoNewPrivs']))
+""" % str(ROOT / "course_lib")], {"who": [Call()]})
+    uid, gid, pid, ppid, n_pids, hostname, home, course, root_writable, caps, nnp = res.outcomes["who"][0].value
+    assert caps == 0 and nnp == 1  # no capabilities, and no way to gain any
+    assert uid == gid == runner.uid and uid != 0
+    assert (pid, ppid) == (1, 0)
+    assert n_pids == 1  # only itself: no host process is visible
+    assert hostname == 1 and home == 0 and course == 0 and root_writable == 0
+
+
+@needs_isolation
+def test_an_infinite_loop_in_a_cell_stops_that_cell_only(runner):
+    res = run(runner, ["while True:\n    pass", "def f(x):\n    return x * 2"], {"f": [Call((torch.ones(2),))]})
+    assert res.status == "ok"
+    assert len(res.cell_errors) == 1 and res.cell_errors[0].startswith("cell 1: stopped after")
+    assert torch.equal(res.outcomes["f"][0].value, torch.full((2,), 2.0))
+
+
+@needs_isolation
+def test_an_infinite_loop_in_a_call_is_a_timeout_and_the_other_calls_still_run(runner):
+    cells = ["def f(x):\n    while x.item() > 0:\n        pass\n    return x - 1"]
+    res = run(runner, cells, {"f": [Call((torch.tensor(1),)), Call((torch.tensor(0),))]})
+    assert res.status == "ok"
+    assert res.outcomes["f"][0] == Outcome("timeout", message="took longer than 0.5 s")
+    assert res.outcomes["f"][1].status == "ok" and res.outcomes["f"][1].value.item() == -1
+
+
+@needs_isolation
+def test_input_exit_and_sys_exit_are_cell_errors(runner):
+    cells = ["name = input('who are you? ')", "exit()", "import sys\nsys.exit(3)", "quit()",
+             "raise KeyboardInterrupt", "def f():\n    return 1"]
+    res = run(runner, cells, {"f": [Call()]})
+    assert res.status == "ok"
+    assert [e.split(":")[0] for e in res.cell_errors] == ["cell 1", "cell 2", "cell 3", "cell 4", "cell 5"]
+    assert "EOFError" in res.cell_errors[0] and "SystemExit" in res.cell_errors[2]
+    assert res.outcomes["f"][0].value == 1
+
+
+@needs_isolation
+def test_os_exit_midway_keeps_the_earlier_results(runner):
+    cells = ["import os\ndef f(x):\n    if x == 2:\n        os._exit(0)\n    return x * 10"]
+    res = run(runner, cells, {"f": [Call((1,)), Call((2,)), Call((3,))]})
+    assert res.status == "crashed" and "exit code 0" in res.message
+    assert res.outcomes["f"][0] == Outcome("ok", 10)
+    assert [o.status for o in res.outcomes["f"][1:]] == ["error", "error"]
+    assert all(o.message.startswith("not run:") for o in res.outcomes["f"][1:])
+    check_honest(runner.run(honest_job()[0]))
+
+
+@needs_isolation
+def test_killing_its_parent_or_everything_only_hurts_the_student(runner):
+    zygote = runner._proc.pid
+    cells = ["import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "os.kill(-1, signal.SIGKILL)",
+             "os.kill(0, signal.SIGKILL)", "os.kill(os.getpid(), signal.SIGKILL)", "def f():\n    return 7"]
+    res = run(runner, cells, {"f": [Call()]})
+    assert res.status in ("ok", "crashed")
+    assert runner._proc.pid == zygote and runner._proc.poll() is None  # the warm worker survived
+    check_honest(runner.run(honest_job()[0]))
+
+
+@needs_isolation
+def test_a_fork_bomb_is_contained_and_leaves_no_process(runner):
+    cells = ["""
+import os, time
+children = 0
+try:
+    for _ in range(1000):
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        children += 1
+except OSError as e:
+    stopped = type(e).__name__
+""", "def count():\n    return children", "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass"]
+    res = run(runner, cells, {"count": [Call()]})
+    assert res.status == "ok"
+    assert 0 < res.outcomes["count"][0].value < LIMITS.processes
+    assert res.cell_errors and res.cell_errors[-1].startswith("cell 3: stopped after")
+    assert uid_processes(runner.uid) == []
+    check_honest(runner.run(honest_job()[0]))
+
+
+@needs_isolation
+def test_a_daemon_started_with_a_double_fork_is_gone_after_the_job(runner, tmp_path):
+    cells = ["""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            time.sleep(0.01)
+    os._exit(0)
+os.wait()
+time.sleep(0.1)
+"""]
+    res = run(runner, cells)
+    assert res.status == "ok" and res.cell_errors == []
+    assert uid_processes(runner.uid) == []
+
+
+@needs_isolation
+def test_a_memory_bomb_is_stopped_and_reported(runner):
+    cells = ["hog = []\nwhile True:\n    hog.append(bytearray(20_000_000))",
+             "del hog\nimport torch\ndef f():\n    return torch.ones(10 ** 10)\n\ndef g():\n    return 1"]
+    res = run(runner, cells, {"f": [Call()], "g": [Call()]})
+    assert res.status == "ok"
+    assert res.cell_errors[0].startswith("cell 1: MemoryError")
+    assert res.outcomes["f"][0].status == "error"
+    assert "alloc" in res.outcomes["f"][0].message.lower() or "memory" in res.outcomes["f"][0].message.lower()
+    assert res.outcomes["g"][0].value == 1
+
+
+@needs_isolation
+def test_filling_the_disk_is_capped_and_nothing_is_written_outside_the_scratch_dir(runner, tmp_path):
+    name = f"sandbox-test-{uuid.uuid4().hex}"
+    targets = [f"/tmp/{name}", str(ROOT / name), str(tmp_path / name), f"/dev/shm/{name}", f"/{name}"]
+    cells = ["""
+import os
+def fill(path):
+    written = 0
+    try:
+        with open(path, 'wb') as f:
+            while written < 100_000_000:
+                f.write(b'x' * 4096)
+                f.flush()
+                written += 4096
+    except OSError:
+        pass
+    return written
+
+def fill_many():
+    total = 0
+    try:
+        for i in range(100_000):
+            with open(f'part{i}', 'wb') as f:
+                f.write(b'x' * 40_000)
+            total += 40_000
+    except OSError:
+        pass
+    return total
+
+def attempt():
+    return tuple(fill(p) for p in %r) + (fill_many(),)
+""" % targets]
+    res = run(runner, cells, {"attempt": [Call()]})
+    assert res.status == "ok", res
+    written = res.outcomes["attempt"][0].value
+    assert 0 < written[0] <= LIMITS.output_bytes  # /tmp is the scratch dir: writable, capped
+    assert written[1] == written[2] == written[4] == 0  # the repo, the host's tmp, / : not writable
+    assert 0 < written[5] <= LIMITS.scratch_mb << 20  # many files: the scratch tmpfs is full
+    for t in targets:
+        assert not os.path.exists(t)
+    assert not (ROOT / "part0").exists()
+
+
+@needs_isolation
+def test_deleting_the_repository_fails(runner):
+    if ROOT.stat().st_uid == runner.uid:
+        pytest.skip("the repository belongs to the sandbox uid")
+    before = sorted(p.name for p in (ROOT / "course_lib").iterdir())
+    cells = ["""
+import os, shutil
+assert os.getuid() >= 60000, 'not sandboxed: refusing to try'
+errors = []
+shutil.rmtree(%r, onerror=lambda *a: errors.append(a[0].__name__))
+""" % str(ROOT), "def n_errors():\n    return len(errors)"]
+    res = run(runner, cells, {"n_errors": [Call()]})
+    assert sorted(p.name for p in (ROOT / "course_lib").iterdir()) == before
+    assert COURSE_SOURCE.is_file()
+    assert res.cell_errors == [] and res.outcomes["n_errors"][0].value > 0
+
+
+@needs_isolation
+def test_ignoring_the_time_limit_signals_ends_in_a_submission_timeout(runner):
+    cells = ["import signal\nfor s in (signal.SIGALRM, signal.SIGPROF, signal.SIGTERM, signal.SIGINT):\n"
+             "    signal.signal(s, signal.SIG_IGN)",
+             "def first():\n    return 1\n\ndef hang():\n    for s in (signal.SIGALRM, signal.SIGPROF):\n"
+             "        signal.signal(s, signal.SIG_IGN)\n    while True:\n        pass"]
+    t0 = time.monotonic()
+    runner.limits = dataclasses.replace(LIMITS, submission_seconds=2.0)
+    try:
+        res = run(runner, cells, {"first": [Call()], "hang": [Call(), Call()]})
+    finally:
+        runner.limits = LIMITS
+    assert time.monotonic() - t0 < 2.0 + 10
+    assert res.status == "timeout" and "stopped after 2 s" in res.message
+    assert res.outcomes["first"][0].value == 1
+    assert [o.status for o in res.outcomes["hang"]] == ["error", "error"]
+    assert "timed out" in res.outcomes["hang"][0].message
+    check_honest(runner.run(honest_job()[0]))
+
+
+@needs_isolation
+def test_the_network_is_unreachable(runner):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                accepted.append(conn)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    cells = ["""
+import socket
+def connect(host, port):
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return 1
+    except OSError:
+        return 0
+"""]
+    try:
+        res = run(runner, cells, {"connect": [Call(("127.0.0.1", port)), Call(("8.8.8.8", 53)),
+                                              Call(("localhost", port))]})
+    finally:
+        time.sleep(0.3)
+        stop.set()
+        thread.join()
+        server.close()
+    assert [o.value for o in res.outcomes["connect"]] == [0, 0, 0]
+    assert accepted == []
+
+
+@needs_isolation
+def test_other_students_files_and_the_course_source_cannot_be_read(runner, secret_dir):
+    paths = [str(secret_dir / "alice.ipynb"), str(COURSE_SOURCE), str(ROOT / "course_lib" / "grading" / "core.py"),
+             str(ROOT / "solutions"), "/root/.bash_history", "/etc/shadow"]
+    cells = ["""
+import os
+def read(path):
+    try:
+        if os.path.isdir(path):
+            return len(os.listdir(path))
+        with open(path, 'rb') as f:
+            return len(f.read())
+    except OSError:
+        return -1
+"""]
+    res = run(runner, cells, {"read": [Call((p,)) for p in paths]})
+    assert [o.value for o in res.outcomes["read"]] == [-1] * len(paths)
+
+
+@needs_isolation
+def test_patching_torch_in_one_job_does_not_affect_the_next(runner):
+    res = run(runner, ["import torch\ntorch.matmul = lambda *a: 0\ntorch.Tensor.__add__ = lambda *a: 0\n"
+                       "import numpy\nnumpy.load = None"])
+    assert res.status == "ok" and res.cell_errors == []
+    a, b = torch.randn(2, 3), torch.randn(3, 2)
+    res = run(runner, ["import torch\ndef f(a, b):\n    return torch.matmul(a, b) + 1"], {"f": [Call((a, b))]})
+    assert torch.allclose(res.outcomes["f"][0].value, a @ b + 1)
+
+
+@needs_isolation
+def test_nothing_of_a_job_is_left_for_the_next(runner):
+    run(runner, ["import os, builtins, sys\nopen('/tmp/left', 'w').write('x')\nopen('/dev/shm/left', 'w').write('x')\n"
+                 "open('left', 'w').write('x')\nos.environ['LEFT'] = '1'\nbuiltins.left = 1\nsys.modules['left'] = sys"])
+    res = run(runner, ["import os, sys\ndef left():\n    return (os.path.exists('/tmp/left'), "
+                       "os.path.exists('/dev/shm/left'), os.path.exists('left'), 'LEFT' in os.environ, "
+                       "'left' in dir(__builtins__), 'left' in sys.modules)"], {"left": [Call()]})
+    assert res.outcomes["left"][0].value == (False,) * 6
+
+
+@needs_isolation
+def test_objects_that_pretend_to_be_tensors_are_refused(runner):
+    cells = ["""
+import numpy as np
+import torch
+
+class Sub(torch.Tensor):
+    pass
+
+class WithArray:
+    def __array__(self, *a, **k):
+        return np.zeros(3)
+
+class Shaped:
+    shape = (2, 3)
+    def __eq__(self, other):
+        return True
+
+def sub():
+    return torch.zeros(3).as_subclass(Sub)
+
+def with_array():
+    return WithArray()
+
+def shaped():
+    return Shaped()
+
+def array():
+    return np.zeros(3)
+
+def nested():
+    return (torch.zeros(1), [Shaped()])
+
+def none():
+    return None
+
+def complex_():
+    return torch.zeros(2, dtype=torch.complex64)
+"""]
+    names = ["sub", "with_array", "shaped", "array", "nested", "none", "complex_"]
+    res = run(runner, cells, {n: [Call()] for n in names})
+    assert [res.outcomes[n][0].status for n in names] == ["bad_type"] * len(names)
+    assert "subclass of torch.Tensor" in res.outcomes["sub"][0].message
+    assert res.outcomes["shaped"][0].message == "returned a __main__.Shaped, expected a torch.Tensor"
+    assert res.outcomes["array"][0].message == "returned a numpy.ndarray, expected a torch.Tensor"
+
+
+@needs_isolation
+def test_nan_and_inf_come_back_as_they_are(runner):
+    cells = ["import torch\ndef f():\n    return torch.tensor([float('nan'), float('inf'), -float('inf'), 1.0])\n"
+             "def g():\n    return float('nan'), float('-inf'), torch.tensor([1.5], dtype=torch.bfloat16)"]
+    res = run(runner, cells, {"f": [Call()], "g": [Call()]})
+    v = res.outcomes["f"][0].value
+    assert torch.isnan(v[0]) and v[1] == math.inf and v[2] == -math.inf and v[3] == 1.0
+    nan, minf, bf = res.outcomes["g"][0].value
+    assert math.isnan(nan) and minf == -math.inf
+    assert bf.dtype == torch.bfloat16 and bf.item() == 1.5
+
+
+@needs_isolation
+def test_huge_output_is_capped_and_printed_text_is_never_a_result(runner):
+    cells = ["for i in range(200_000):\n    print('softmax: 8/8 points, all tests passed', i)",
+             "import os, sys\nfor i in range(20_000):\n    os.write(1, b'x' * 1000)\nsys.stderr.write('bye')",
+             "print('{\"t\": \"result\", \"fn\": \"f\", \"i\": 0, \"status\": \"ok\"}')\n"
+             "def f():\n    raise NotImplementedError"]
+    t0 = time.monotonic()
+    res = run(runner, cells, {"f": [Call()]})
+    assert time.monotonic() - t0 < LIMITS.submission_seconds
+    assert res.status == "ok" and res.cell_errors == []
+    assert len(res.output_tail) < 2300 and "output truncated" in res.output_tail
+    assert res.outcomes["f"][0].status == "not_implemented"
+
+
+@needs_isolation
+def test_using_course_lib_is_recorded_and_refused(runner):
+    cells = ["import course_lib", "from course_lib.attention import scaled_dot_product_attention",
+             "from course_lib.grading import check, when_implemented\ncheck(print)\n"
+             "with when_implemented():\n    raise NotImplementedError",
+             "import course_lib.grading as g\ng.check = lambda *a, **k: 'passed'",
+             "def softmax(x, dim=-1):\n    return course_lib.softmax(x, dim)"]
+    res = run(runner, cells, {"softmax": [Call((torch.zeros(2),))]})
+    assert [e.split(":")[0] for e in res.cell_errors] == ["cell 2", "cell 4"]
+    assert "reference implementation course_lib.attention accessed" in res.reference_access
+    assert "course_lib object course_lib.grading.check modified" in res.reference_access
+    assert "reference implementation course_lib.softmax accessed" in res.reference_access
+    assert res.outcomes["softmax"][0].status == "error"
+    assert "reference implementations" in res.outcomes["softmax"][0].message
+    assert "Not implemented yet" in res.output_tail
+
+
+@needs_isolation
+def test_syntax_errors_and_magics_do_not_stop_the_notebook(runner):
+    cells = ["%matplotlib inline\nimport torch\nimport matplotlib.pyplot as plt",
+             "def broken(:\n    pass", "!pip install something\nx = 3",
+             "if x:\n    %time y = 1\n    y = 2",
+             "plt.plot([1, 2], [3, 4])\nplt.show()\nplt.savefig('plot.png')",
+             "def f():\n    return x + y"]
+    res = run(runner, cells, {"f": [Call()], "missing_fn": [Call(), Call()]})
+    assert res.cell_errors == ["cell 2: SyntaxError: invalid syntax (line 1)"]
+    assert res.outcomes["f"][0].value == 5
+    assert res.missing == ["missing_fn"]
+    assert [o.status for o in res.outcomes["missing_fn"]] == ["error", "error"]
+
+
+@needs_isolation
+def test_the_worker_dying_is_a_crash_and_the_runner_restarts_it(runner):
+    check_honest(runner.run(honest_job()[0]))  # warm
+    timer = threading.Timer(0.5, lambda: os.killpg(runner._proc.pid, signal.SIGKILL))
+    timer.start()
+    res = runner.run(Job(cells=["import time\ntime.sleep(2)"], calls={"f": [Call()]}))
+    timer.join()
+    assert res.status == "crashed" and res.outcomes["f"][0].message.startswith("not run")
+    check_honest(runner.run(honest_job()[0]))
+    os.killpg(runner._proc.pid, signal.SIGKILL)  # dead between jobs: restarted transparently
+    runner._proc.wait()
+    check_honest(runner.run(honest_job()[0]))
+    os.killpg(runner._proc.pid, signal.SIGKILL)  # even before the runner has noticed
+    time.sleep(0.2)
+    check_honest(runner.run(honest_job()[0]))
+    assert uid_processes(runner.uid) == []
+
+
+FORGE = """
+import io, json, os, struct
+import numpy as np
+
+def forge(header, blobs=()):
+    header = dict(header, blobs=[len(b) for b in blobs])
+    h = json.dumps(header).encode()
+    os.write(3, struct.pack('<I', len(h)) + h + b''.join(blobs))
+
+def npy(arr, **kw):
+    buf = io.BytesIO()
+    np.save(buf, arr, **kw)
+    return buf.getvalue()
+
+def tensor(i, blob, **extra):
+    forge(dict({"t": "result", "fn": "f", "i": i, "status": "ok", "value": {"t": "tensor", "b": 0}}, **extra), [blob])
+
+pickled = npy(np.array([print], dtype=object), allow_pickle=True)
+small = npy(np.zeros(3))
+end = small.index(b"\\n")
+header = small[:end].replace(b"(3,)", b"(999999999999,)").rstrip(b" ")
+huge_shape = header + b" " * (end - len(header)) + small[end:]
+"""
+
+
+@needs_isolation
+def test_forged_and_malformed_results_never_reach_the_grader_as_objects(runner):
+    cells = [FORGE, "tensor(0, pickled)\ntensor(1, huge_shape)\ntensor(2, small[:-8])\n"
+             "forge({'t': 'result', 'fn': 'f', 'i': 3, 'status': 'ok', 'value': {'t': 'int', 'v': 'x'}})\n"
+             "forge({'t': 'end', 'status': 'ok'})\nforge({'t': 'fatal', 'msg': 'boom'})\n"
+             "forge({'t': 'result', 'fn': 'f', 'i': 4, 'status': 'ok', 'value': {'t': 'int', 'v': 4}})",
+             "os.write(3, b'\\xff\\xff\\xff\\x7f' + b'x' * 100)\nimport time\ntime.sleep(1)"]
+    res = run(runner, cells, {"f": [Call()] * 6})
+    assert res.status == "crashed" and "malformed" in res.message
+    assert [o.status for o in res.outcomes["f"]] == ["bad_type"] * 4 + ["ok", "error"]
+    assert res.outcomes["f"][4].value == 4  # a forged result is only what returning it would give
+    check_honest(runner.run(honest_job()[0]))
+
+
+def test_npy_parsing_refuses_pickles_and_lies_before_allocating():
+    import io
+
+    import numpy as np
+
+    def npy(arr, **kw):
+        buf = io.BytesIO()
+        np.save(buf, arr, **kw)
+        return buf.getvalue()
+
+    assert sandbox._load_npy(npy(np.arange(6).reshape(2, 3))).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert sandbox._load_npy(npy(np.asfortranarray(np.arange(6).reshape(2, 3)))).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert sandbox._load_npy(npy(np.arange(3, dtype=">f4"))).dtype == np.float32
+    bad = [npy(np.array([None], dtype=object), allow_pickle=True), npy(np.zeros(2, dtype="complex64")),
+           npy(np.zeros(2, dtype=[("a", "f4")])), npy(np.zeros(3))[:-1], b"not an array", b""]
+    small = npy(np.zeros(3))
+    end = small.index(b"\n")
+    header = small[:end].replace(b"(3,)", b"(999999999999,)").rstrip(b" ")
+    bad.append(header + b" " * (end - len(header)) + small[end:])
+    for data in bad:
+        with pytest.raises(sandbox._BadResult):
+            sandbox._load_npy(data)
+
+
+def test_the_allowlist_never_exposes_the_course_source():
+    package = str(ROOT / "course_lib")
+    spec = sandbox._allowlist([sys.prefix + "/lib"])
+    ro = [item[2] for item in spec if item[0] == "ro"]
+    hidden = [item[1] for item in spec if item[0] == "tmpfs"]
+    for path in ro:
+        assert not sandbox._under(package, path) or package in hidden
+        assert not sandbox._under(str(ROOT), path) or str(ROOT) == path and package in hidden
+    assert sys.prefix + "/lib" in hidden and sys.prefix in ro
+
+
+def test_the_worker_is_a_standalone_script():
+    """It runs where course_lib is not readable: standard library, numpy, torch, matplotlib only."""
+    import ast
+
+    tree = ast.parse(Path(sandbox.WORKER).read_text())
+    modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert modules - set(sys.stdlib_module_names) <= {"numpy", "torch", "matplotlib"}
