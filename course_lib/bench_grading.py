@@ -54,8 +54,13 @@ def make_submissions(out: Path, assignment: str, n: int) -> None:
 
 def baseline(paths: list[Path], assignment: str) -> list[float]:
     """Seconds per notebook, nbgrader-style: fresh kernel per notebook, then the checks in it."""
+    import warnings
+
     import nbformat
+    import nbformat.validator
     from nbclient import NotebookClient
+
+    warnings.filterwarnings("ignore", category=nbformat.validator.MissingIDFieldWarning)
 
     from .grading.registry import ASSIGNMENTS
 
@@ -68,7 +73,9 @@ def baseline(paths: list[Path], assignment: str) -> list[float]:
         t0 = time.perf_counter()
         nb = nbformat.read(path, as_version=4)
         nb.cells.append(nbformat.v4.new_code_cell(checks))
+        nbformat.validator.normalize(nb)
         NotebookClient(nb, kernel_name="python3", timeout=120, allow_errors=True,
+                       extra_arguments=["--log-level=ERROR"],
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         times.append(time.perf_counter() - t0)
     return times
@@ -106,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nbgrader-style baseline (fresh kernel per notebook via nbclient, sequential): {len(times)} "
               f"submissions in {sum(times):.1f} s ({rate:.2f} submissions/s; median {statistics.median(times):.2f} s each)")
         print(f"speed-up: {(args.n / ours) / rate:.1f}x the baseline's throughput "
-              f"(200 submissions: {args.n / (args.n / ours):.0f} s vs about {200 / rate:.0f} s)")
+              f"({args.n} submissions: {ours:.0f} s here, about {args.n / rate:.0f} s for the baseline)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
