@@ -58,6 +58,7 @@ MAX_JOB_BYTES = 512 << 20        # one job from the grader (cells + argument arr
 MAX_FRAME_HEADER = 1 << 20       # one frame's JSON header from G
 MAX_RESULT_BYTES = 64 << 20      # all result arrays of one job together
 TAIL_BYTES = 2048
+SCRATCH = "/sandbox/tmp"         # the job's only writable folder (not /tmp: the venv may live under /tmp)
 CALL_WALL_FACTOR = 5.0           # a call's wall-clock backstop: max(5 x call_seconds, call_seconds + 5)
 
 # Linux constants
@@ -718,7 +719,7 @@ def _run_g(isolated, job, arg_blobs, res_w, out_w, su_w, scratch_host):
         _unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET)
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         scratch_mb = int(limits["scratch_mb"])
-        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+        _mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={scratch_mb}m,nr_inodes={max(256, scratch_mb * 64)},mode=0700,uid={uid},gid={uid}")
         if os.path.isdir("/dev/shm"):
             _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
@@ -728,7 +729,7 @@ def _run_g(isolated, job, arg_blobs, res_w, out_w, su_w, scratch_host):
             _check(_libc.sethostname(b"sandbox", 7), "sethostname")
         except OSError:
             pass
-        scratch = "/tmp"
+        scratch = SCRATCH
     else:
         scratch = scratch_host
         if os.geteuid() == 0:  # no namespaces, but never run student code as root: kill(-1) would reach everything
@@ -1106,8 +1107,8 @@ def _build_root(spec):
                 _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
             except OSError:
                 _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
-    ensure(new + "/tmp", True)
-    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=0755")
+    ensure(new + SCRATCH, True)
+    _mount("tmpfs", new + SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=0755")
     os.chdir(new)
     _pivot_root(".", ".")
     _umount(".", MNT_DETACH)
@@ -1137,14 +1138,14 @@ def _probe(isolation):
                 os.setsid()
                 _unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET)
                 _mount(None, "/", None, MS_REC | MS_PRIVATE)
-                _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700,uid=60999,gid=60999")
+                _mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700,uid=60999,gid=60999")
                 _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
                 os.setgroups([])
                 os.setresgid(60999, 60999, 60999)
                 os.setresuid(60999, 60999, 60999)
                 _prctl(PR_SET_NO_NEW_PRIVS, 1)
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                with open("/tmp/x", "w") as f:
+                with open(SCRATCH + "/x", "w") as f:
                     f.write("x")
                 if os.getpid() == 1 and os.getuid() == 60999 and os.listdir("/proc").count("1") == 1:
                     os.write(w, b"ok")

@@ -60,6 +60,7 @@ from .core import Call, Outcome
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable", "detect_isolation"]
 
 WORKER = Path(_worker.__file__).resolve()
+SCRATCH = "/sandbox/tmp"  # inside the sandbox: the only writable folder (a fresh tmpfs per job)
 BASE_UID = 60000
 _READY_SECONDS = 180.0       # a cold start imports torch; a loaded machine can be slow
 _WATCHDOG_GRACE = 30.0       # the zygote enforces the limit; this only catches a stuck zygote
@@ -204,8 +205,10 @@ def _allowlist(hide: list[str]) -> list[list[str]]:
 
 def _command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[str], dict, str | None]:
     """The zygote's command line and environment; the last item is a host temp dir to remove later."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-           "LC_ALL": "C.UTF-8", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "OMP_NUM_THREADS": "1",
+    # The sandbox's writable folder is SCRATCH, not /tmp: the course's own files (the venv) may
+    # live under /tmp (a CI checkout), and a tmpfs on /tmp would hide them.
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8",
+           "LC_ALL": "C.UTF-8", "MPLBACKEND": "Agg", "MPLCONFIGDIR": SCRATCH + "/matplotlib", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "MALLOC_ARENA_MAX": "2"}
     py = [sys.executable, "-S", "-s", "-B"] + (["-P"] if sys.version_info >= (3, 11) else [])
@@ -241,8 +244,8 @@ def _command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list
                 cmd += ["--dev", item[1]]
             elif item[0] == "proc":
                 cmd += ["--proc", item[1]]
-        cmd += ["--tmpfs", "/tmp", "--ro-bind", str(WORKER), "/sandbox/worker.py", "--remount-ro", "/",
-                "--chdir", "/tmp", *py, "/sandbox/worker.py", *args]
+        cmd += ["--tmpfs", SCRATCH, "--ro-bind", str(WORKER), "/sandbox/worker.py", "--remount-ro", "/",
+                "--chdir", SCRATCH, *py, "/sandbox/worker.py", *args]
     elif isolation == "namespaces":
         cmd = [*py, str(WORKER), *args, "--root", json.dumps(_allowlist(hide))]
     elif isolation == "none":
