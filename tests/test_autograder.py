@@ -313,3 +313,22 @@ def test_killing_the_grader_at_any_moment_then_rerunning_grades_each_submission_
     scores = dict(con.execute("SELECT student, score FROM results"))
     full = max(scores.values())
     assert all((scores[f"s{i:02d}"] == full) == bool(i % 2) for i in range(n))
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with Runner(mode="required", limits=Limits(submission_seconds=60.0)) as r:
+        yield r
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("slug", list(ASSIGNMENTS))
+def test_the_sandboxed_grader_gives_solutions_full_marks_and_blank_exercises_zero(runner, slug):
+    solved = grade_submission((ROOT / "solutions" / f"{slug}.ipynb").read_bytes(), slug, runner)
+    assert solved["status"] == "graded" and solved["messages"] == []
+    assert solved["score"] == solved["max_score"] > 0, [
+        (f["function"], r["feedback"]) for f in solved["functions"] for r in f["results"] if not r["passed"]]
+    blank = grade_submission((ROOT / "exercises" / f"{slug}.ipynb").read_bytes(), slug, runner)
+    assert blank["score"] == 0 and all(f["status"] == "not implemented" for f in blank["functions"])

@@ -134,6 +134,16 @@ def test_off_mode_runs_a_normal_job():
         check_honest(r.run(job))
 
 
+def test_values_keep_their_shape_and_dtype_through_the_sandbox(runner):
+    res = run(runner, ["import torch\ndef shapes():\n    return (torch.tensor(1.5), torch.zeros(0, 3), "
+                       "torch.ones(2, 1, dtype=torch.bool), torch.arange(3), torch.ones(2, 3, dtype=torch.float64).T)"],
+              {"shapes": [Call()]})
+    scalar, empty, mask, ints, transposed = res.outcomes["shapes"][0].value
+    assert scalar.shape == () and float(scalar) == 1.5 and scalar.dtype == torch.float32
+    assert empty.shape == (0, 3) and mask.dtype == torch.bool and ints.dtype == torch.int64
+    assert transposed.shape == (3, 2) and transposed.dtype == torch.float64
+
+
 def test_off_mode_still_never_runs_student_code_as_root():
     with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"]) as r:
         res = r.run(Job(cells=["import os\ndef who():\n    return (os.getuid(), os.geteuid())"],

@@ -407,7 +407,7 @@ def _load_npy(data: bytes) -> np.ndarray:
         raise _BadResult("returned a tensor whose data does not match its shape")
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
     arr = arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape)
-    return np.ascontiguousarray(arr.astype(dtype.newbyteorder("="), copy=False))
+    return arr.astype(dtype.newbyteorder("="), order="C", copy=True)  # (np.ascontiguousarray makes 0-d 1-d)
 
 
 def _decode_value(node: Any, blobs: list[bytes], depth: int = 0) -> Any:
