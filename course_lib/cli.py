@@ -112,8 +112,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .grading.autograde import grade_submission
+    from .grading.autograde import grade_submission, refused
     from .grading.batch import read_submission
+    from .grading.notebook import NotebookError
     from .grading.core import Report
     from .grading.registry import ASSIGNMENTS
     from .grading.sandbox import Runner, SandboxUnavailable
@@ -129,7 +130,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 2
     try:
         with Runner(mode=args.sandbox) as runner:
-            record = grade_submission(read_submission(path), assignment, runner)
+            try:
+                record = grade_submission(read_submission(path), assignment, runner)
+            except NotebookError as err:
+                record = refused(assignment, str(err), isolation=runner.isolation)
     except SandboxUnavailable as err:
         print(f"course-lib check: {err}", file=sys.stderr)
         return 2

@@ -125,6 +125,9 @@ def graded(tmp_path_factory):
         (subs / student).mkdir(parents=True)
         (subs / student / f"{A}.ipynb").write_bytes(data)
     (subs / "honest2" / "notes.txt").write_text("not a notebook name: ignored")
+    (subs / "folder_notebook" / f"{A}.ipynb").mkdir(parents=True)
+    (subs / "link_to_honest").mkdir()
+    (subs / "link_to_honest" / f"{A}.ipynb").symlink_to(subs / "honest1" / f"{A}.ipynb")
     db = tmp / "book" / "gradebook.sqlite"
     summary = grade_all(subs, db, jobs=2, sandbox="auto", progress=False, limits=LIMITS)
     with Gradebook(db) as book:
@@ -169,6 +172,13 @@ def test_invalid_files_are_refused_with_the_reason(graded):
     assert "UTF-8" in rows["not_utf8"]["messages"][0]
     for s in ("invalid_json", "not_a_notebook", "empty", "huge", "not_utf8"):
         assert rows[s]["status"] == "invalid"
+
+
+def test_a_folder_or_a_link_in_place_of_a_notebook_is_refused(graded):
+    rows = graded[4]
+    for student, word in (("folder_notebook", "a folder"), ("link_to_honest", "a link")):
+        assert rows[student]["status"] == "invalid" and rows[student]["score"] == 0
+        assert word in rows[student]["messages"][0]
 
 
 def test_attacks_on_the_machine_leave_everything_intact(graded):

@@ -19,7 +19,7 @@ from .forbidden import violations_in_source
 from .notebook import NotebookError, code_cells
 from .registry import ASSIGNMENTS, exercises_of
 
-__all__ = ["grade_submission", "checker_version", "sha256", "make_job", "split_outcomes"]
+__all__ = ["grade_submission", "refused", "checker_version", "sha256", "make_job", "split_outcomes"]
 
 
 def sha256(data: bytes) -> str:
@@ -71,6 +71,13 @@ def _record(assignment: str, digest: str, status: str, reports: list[Report], me
     }
 
 
+def refused(assignment: str, reason: str, digest: str = "", isolation: str = "none") -> dict[str, Any]:
+    """The record of a submission that is not graded at all (every function 0), with the reason."""
+    msg = f"Not graded: {reason}."
+    return _record(assignment, digest, "invalid", [zero_report(ex, "error", msg) for ex in exercises_of(assignment)],
+                   [msg], isolation)
+
+
 def grade_submission(data: bytes, assignment: str, runner) -> dict[str, Any]:
     """Grade one notebook's bytes for ``assignment`` with ``runner`` (a sandbox Runner).
 
@@ -88,9 +95,7 @@ def grade_submission(data: bytes, assignment: str, runner) -> dict[str, Any]:
     try:
         cells = code_cells(data)
     except NotebookError as e:
-        msg = f"Not graded: {e}."
-        return _record(assignment, digest, "invalid", [zero_report(ex, "error", msg) for ex in exercises],
-                       [msg], isolation)
+        return refused(assignment, str(e), digest, isolation)
     source = "\n\n".join(cells)
     forbidden = {ex.name: violations_in_source(source, ex.name, ex.forbidden) for ex in exercises}
     result = runner.run(make_job(cells, exercises))

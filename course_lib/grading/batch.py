@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .autograde import checker_version, grade_submission, sha256
+from .autograde import checker_version, grade_submission, refused, sha256
 from .gradebook import Gradebook
-from .notebook import MAX_NOTEBOOK_BYTES
+from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
 from .registry import ASSIGNMENTS
 
 __all__ = ["Submission", "discover", "grade_all", "read_submission", "Summary"]
@@ -56,10 +56,15 @@ def discover(root: str | Path, assignments: tuple[str, ...] | None = None) -> tu
 
 
 def read_submission(path: Path) -> bytes:
-    """The file's bytes; a link, a folder or a file over the size limit reads as a refusal."""
+    """The file's bytes (at most one byte over the size limit, so that it is refused unread).
+
+    Raises:
+        NotebookError: the path is a link, a folder or anything but a regular file.
+    """
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
-        return b"\x00not a regular file"
+        kind = "a link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "not a file"
+        raise NotebookError(f"{path.name} is {kind}, not a notebook file")
     with open(path, "rb") as f:
         return f.read(MAX_NOTEBOOK_BYTES + 1)
 
@@ -104,7 +109,14 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
     lock = threading.Lock()
     todo: "queue.Queue[tuple[Submission, bytes, str]]" = queue.Queue()
     for sub in subs:
-        data = read_submission(sub.path)
+        try:
+            data = read_submission(sub.path)
+        except (NotebookError, OSError) as e:  # a folder, a link, unreadable: graded as refused
+            reason = str(e) if isinstance(e, NotebookError) else f"{sub.path.name} could not be read"
+            book.save(sub.student, refused(sub.assignment, reason), checker, 0.0)
+            summary.graded += 1
+            summary.statuses["invalid"] += 1
+            continue
         digest = sha256(data)
         if not force and book.is_current(sub.student, sub.assignment, digest, checker):
             summary.skipped += 1
