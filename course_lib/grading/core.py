@@ -242,12 +242,13 @@ def _shape(t: torch.Tensor) -> str:
 
 
 def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, what: str = "the output",
-            names: Sequence[str] = ()) -> str | None:
+            names: Sequence[str] = (), nested: bool = False) -> str | None:
     """``None`` when ``actual`` matches ``expected``; otherwise what differs, in words.
 
     Tensors must have the expected shape, a compatible dtype (bool for masks, floating
     point for values), and values within ``atol + rtol * |expected|``; a ``NaN`` or
-    ``inf`` counts as a match only where the expected value has the same.
+    ``inf`` counts as a match only where the expected value has the same. ``nested`` says
+    ``actual`` is an item of a returned tuple (for the wording of the feedback).
     """
     if isinstance(expected, tuple):
         if not isinstance(actual, tuple):
@@ -256,7 +257,7 @@ def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, 
             return f"returned a tuple of {len(actual)} values, expected {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
             item = names[i] if i < len(names) else f"item {i}"
-            msg = compare(a, e, atol, rtol, what=f"the {item}")
+            msg = compare(a, e, atol, rtol, what=f"the {item}", nested=True)
             if msg:
                 return msg
         return None
@@ -273,6 +274,8 @@ def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, 
     if not isinstance(expected, torch.Tensor):
         return None if actual == expected else f"{what} is {actual!r}, expected {expected!r}"
     if isinstance(actual, tuple):
+        if nested:  # an item of a returned tuple
+            return f"{what} is a tuple of {len(actual)} values, expected a torch.Tensor"
         return f"returned a tuple of {len(actual)} values, expected a single tensor"
     if not isinstance(actual, torch.Tensor):
         return f"{what} is {_a(type(actual).__name__)}, expected a torch.Tensor"

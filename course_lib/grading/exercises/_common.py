@@ -6,9 +6,9 @@ from typing import Any, Sequence
 
 import torch
 
-from ..core import Call
+from ..core import Call, compare
 
-__all__ = ["randn", "rand_mask", "rng", "item", "sums_to_one"]
+__all__ = ["randn", "rand_mask", "rng", "item", "structure_problem", "first_structure_problem", "sums_to_one"]
 
 
 def rng(seed: int) -> torch.Generator:
@@ -38,10 +38,45 @@ def item(value: Any, index: int | None) -> Any:
     return value[index]
 
 
-def sums_to_one(index: int | None = None, dim: int = -1, what: str = "the weights", atol: float = 1e-4):
-    """A judge: output (or output[index]) is non-negative and sums to 1 along ``dim``."""
+def structure_problem(actual: Any, expected: Any, names: Sequence[str] = (), nested: bool = False) -> str | None:
+    """What is wrong with the structure of an output, before a property is judged: not the
+    expected tuple, not a tensor, the wrong shape, not floating point, NaN or inf; else None."""
+    if isinstance(expected, tuple):
+        if not isinstance(actual, tuple) or len(actual) != len(expected):
+            return compare(actual, expected, names=names)
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            msg = structure_problem(a, e, (names[i] if i < len(names) else f"item {i}",), nested=True)
+            if msg:
+                return msg
+        return None
+    what = f"the {names[0]}" if names else "the output"
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+        return compare(actual, expected, what=what, nested=nested)
+    if not actual.is_floating_point():
+        return f"{what} has dtype {actual.dtype}, expected a floating-point tensor"
+    if not bool(torch.isfinite(actual).all()):
+        return f"{what} contains NaN or inf"
+    return None
+
+
+def first_structure_problem(actual: Sequence[Any], expected: Sequence[Any], names: Sequence[str] = ()) -> str | None:
+    """:func:`structure_problem` of a case's first call that has one (one output per call)."""
+    for a, e in zip(actual, expected):
+        msg = structure_problem(a, e, names)
+        if msg:
+            return msg
+    return None
+
+
+def sums_to_one(index: int | None = None, dim: int = -1, what: str = "the weights", atol: float = 1e-4,
+                names: Sequence[str] = ()):
+    """A judge: outputs are structured like the reference's, and output (or output[index]) is
+    non-negative and sums to 1 along ``dim``. ``names`` names the items of a tuple output."""
 
     def judge(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
+        problem = first_structure_problem(actual, expected, names)
+        if problem:
+            return problem
         for a in actual:
             w = item(a, index)
             if not isinstance(w, torch.Tensor) or not w.is_floating_point():

@@ -8,7 +8,6 @@ matrices multiply from the right (``query @ W``).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
 
 import torch
 
@@ -23,35 +22,13 @@ from ... import (
     scaled_dot_score,
     softmax,
 )
-from ..core import Call, Case, Exercise, Mistake, compare
-from ._common import randn, rng, sums_to_one
+from ..core import Call, Case, Exercise, Mistake
+from ._common import first_structure_problem, randn, rng, structure_problem, sums_to_one
 
 __all__ = ["EXERCISES"]
 
 #: Nobody writes scaled dot-product attention in chapter 1; the fused kernel does the whole job.
 _NO_SDPA = ("torch.nn.functional.scaled_dot_product_attention",)
-
-
-def _same_shape(actual: Any, expected: Any, names: Sequence[str] = ()) -> str | None:
-    """Feedback when ``actual`` does not have ``expected``'s structure and shapes, else None."""
-    if isinstance(expected, tuple):
-        if not isinstance(actual, tuple) or len(actual) != len(expected):
-            return compare(actual, expected, names=names)
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            msg = _same_shape(a, e, tuple(names[i:i + 1]))
-            if msg:
-                return msg
-        return None
-    what = f"the {names[0]}" if names else "the output"
-    if not isinstance(actual, torch.Tensor):
-        return compare(actual, expected, what=what)
-    if actual.shape != expected.shape:
-        return compare(actual, expected, what=what)
-    if not actual.is_floating_point():
-        return f"{what} has dtype {actual.dtype}, expected a floating-point tensor"
-    if not bool(torch.isfinite(actual).all()):
-        return f"{what} contains NaN or inf"
-    return None
 
 
 # --- dot_score ------------------------------------------------------------------------------
@@ -223,7 +200,7 @@ _COS_MISTAKES = [
 
 def _within_minus_one_one(calls, actual, expected) -> str | None:
     for a, e in zip(actual, expected):
-        msg = _same_shape(a, e)
+        msg = structure_problem(a, e)
         if msg:
             return msg
         if bool((a.abs() > 1 + 1e-5).any()):
@@ -232,10 +209,9 @@ def _within_minus_one_one(calls, actual, expected) -> str | None:
 
 
 def _invariant_to_rescaling(calls, actual, expected) -> str | None:
-    for a, e in zip(actual, expected):
-        msg = _same_shape(a, e)
-        if msg:
-            return msg
+    msg = first_structure_problem(actual, expected)
+    if msg:
+        return msg
     for i in range(0, len(actual), 2):
         if not bool(torch.allclose(actual[i], actual[i + 1], atol=1e-4, rtol=1e-4)):
             worst = float((actual[i] - actual[i + 1]).abs().max())
@@ -369,7 +345,7 @@ _ADD_MISTAKES = [
 
 def _bounded_by_v(calls, actual, expected) -> str | None:
     for c, a, e in zip(calls, actual, expected):
-        msg = _same_shape(a, e)
+        msg = structure_problem(a, e)
         if msg:
             return msg
         bound = float(c.args[4].abs().sum())
@@ -491,10 +467,9 @@ def _permutation_equivariant(perm: torch.Tensor):
     """A judge: call 2 is call 1 with the keys reordered by ``perm``; context equal, weights permuted."""
 
     def judge(calls, actual, expected) -> str | None:
-        for a, e in zip(actual, expected):
-            msg = _same_shape(a, e, ("context", "weights"))
-            if msg:
-                return msg
+        msg = first_structure_problem(actual, expected, ("context", "weights"))
+        if msg:
+            return msg
         (c0, w0), (c1, w1) = actual
         if not bool(torch.allclose(c0, c1, atol=1e-4, rtol=1e-4)):
             return ("the context changes when the keys are reordered (scores, values and mask permuted "
@@ -507,15 +482,7 @@ def _permutation_equivariant(perm: torch.Tensor):
     return judge
 
 
-_weights_sum_to_one = sums_to_one(index=1)
-
-
-def _pool_sums_to_one(calls, actual, expected) -> str | None:
-    for a, e in zip(actual, expected):
-        msg = _same_shape(a, e, ("context", "weights"))
-        if msg:
-            return msg
-    return _weights_sum_to_one(calls, actual, expected)
+_pool_sums_to_one = sums_to_one(index=1, names=("context", "weights"))
 
 
 def _pool_cases() -> list[Case]:
@@ -652,7 +619,7 @@ _LOCAL_MISTAKES = [
 
 def _local_shape(calls, actual, expected) -> str | None:
     for c, a, e in zip(calls, actual, expected):
-        msg = _same_shape(a, e)
+        msg = structure_problem(a, e)
         if msg:
             return msg
         scores, center, half_window = c.args

@@ -11,13 +11,12 @@ an inverted mask still leaves no row fully masked.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
 
 import torch
 
 from ... import scaled_dot_product_attention, self_attention, softmax
-from ..core import Call, Case, Exercise, Mistake, compare
-from ._common import rand_mask, randn, rng, sums_to_one
+from ..core import Call, Case, Exercise, Mistake
+from ._common import first_structure_problem, rand_mask, randn, rng, sums_to_one
 
 __all__ = ["EXERCISES"]
 
@@ -181,22 +180,6 @@ def _causal(T: int) -> torch.Tensor:
 # --- judges for properties ----------------------------------------------------------------------
 
 
-def _pair_problem(actual: Any, expected: Any, names: Sequence[str] = _ATTENTION_OUTPUTS) -> str | None:
-    """What is wrong with the structure of an (output, weights) pair: type, shape, NaN; else None."""
-    if not isinstance(actual, tuple) or len(actual) != len(expected):
-        return compare(actual, expected, names=names)
-    for a, e, name in zip(actual, expected, names):
-        if not isinstance(a, torch.Tensor):
-            return f"the {name} is a {type(a).__name__}, expected a torch.Tensor"
-        if a.shape != e.shape:
-            return f"the {name} has shape {tuple(a.shape)}, expected {tuple(e.shape)}"
-        if not a.is_floating_point():
-            return f"the {name} has dtype {a.dtype}, expected a floating-point tensor"
-        if not bool(torch.isfinite(a).all()):
-            return f"the {name} contains NaN or inf"
-    return None
-
-
 def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-4) -> bool:
     return bool(torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=1e-4))
 
@@ -206,10 +189,9 @@ def _future_invariance(t: int, what: str):
     and every weight on a later key is 0."""
 
     def judge(calls, actual, expected):
-        for a, e in zip(actual, expected):
-            problem = _pair_problem(a, e)
-            if problem:
-                return problem
+        problem = first_structure_problem(actual, expected, _ATTENTION_OUTPUTS)
+        if problem:
+            return problem
         (out1, w1), (out2, w2) = actual
         L, S = w1.shape[-2:]
         future = torch.ones(L, S, dtype=torch.bool).triu(1)
@@ -228,10 +210,9 @@ def _sdpa_permutation(pq: torch.Tensor, pk: torch.Tensor):
     leaves the output unchanged and permutes the weight columns."""
 
     def judge(calls, actual, expected):
-        for a, e in zip(actual, expected):
-            problem = _pair_problem(a, e)
-            if problem:
-                return problem
+        problem = first_structure_problem(actual, expected, _ATTENTION_OUTPUTS)
+        if problem:
+            return problem
         (out1, w1), (out2, w2) = actual
         if not _close(out2, out1[..., pq, :]):
             return ("permuting the keys and values together (and the queries) should leave each query's output "
@@ -247,10 +228,9 @@ def _self_attention_permutation(perm: torch.Tensor):
     """Judge: permuting the tokens permutes the output rows, and the weights along both axes."""
 
     def judge(calls, actual, expected):
-        for a, e in zip(actual, expected):
-            problem = _pair_problem(a, e)
-            if problem:
-                return problem
+        problem = first_structure_problem(actual, expected, _ATTENTION_OUTPUTS)
+        if problem:
+            return problem
         (out1, w1), (out2, w2) = actual
         if not _close(out2, out1[:, perm]):
             return "permuting the tokens should permute the output rows the same way (and change nothing else)"
@@ -309,7 +289,7 @@ def _sdpa_cases() -> list[Case]:
               Call(qkv(2, L=5, S=3, D=4, Dv=6), {"mask": _mixed_mask(g, 2, 5, 3)})], points=1),
         Case("weights sum to 1", "with a mask, the weights are non-negative and each row sums to 1 over the keys",
              [Call(qkv(2, L=4, S=7, D=4, Dv=3), {"mask": _mixed_mask(g, 2, 4, 7)})], points=1,
-             judge=sums_to_one(index=1)),
+             judge=sums_to_one(index=1, names=_ATTENTION_OUTPUTS)),
         Case("fully masked row", "a query that may attend to no key gets zero weights and a zero output, never NaN",
              [Call(qkv(2, L=4, S=5, D=4, Dv=6), {"mask": full})], points=2),
         Case("causal mask", "with a causal mask, no weight on later keys, and changing later tokens leaves earlier outputs unchanged",
