@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib import Seq2SeqAttention
+from course_lib import Seq2SeqAttention, local_attention_weights
 
 SRC_V, TGT_V, EMB, HID, PAD = 11, 13, 8, 12, 0
 HALF_WINDOW = 2
@@ -18,9 +20,13 @@ VARIANTS = [
     pytest.param(dict(attention="luong", score="concat"), id="luong-concat"),
     pytest.param(dict(attention="luong", score="general", local="monotonic"), id="luong-local-monotonic"),
     pytest.param(dict(attention="luong", score="dot", local="predictive"), id="luong-local-predictive"),
+    pytest.param(dict(attention="luong", score="general", local="monotonic", monotonic_gaussian=True),
+                 id="luong-local-monotonic-gaussian"),
+    pytest.param(dict(attention="bahdanau", fixed_context=True), id="no-attention-fixed-context"),
 ]
-GLOBAL_VARIANTS = [v for v in VARIANTS if "local" not in v.values[0]]
-LOCAL_VARIANTS = [v for v in VARIANTS if "local" in v.values[0]]
+ATTENDING = [v for v in VARIANTS if not v.values[0].get("fixed_context")]
+GLOBAL_VARIANTS = [v for v in ATTENDING if "local" not in v.values[0]]
+LOCAL_VARIANTS = [v for v in ATTENDING if "local" in v.values[0]]
 
 
 def make_model(config, seed=0):
@@ -199,8 +205,147 @@ def test_greedy_decode_pads_sequences_after_their_eos():
         dict(attention="luong", score="additive"),
         dict(attention="bahdanau", local="monotonic"),
         dict(attention="luong", local="sliding"),
+        dict(attention="luong", monotonic_gaussian=True),  # global: there is no window
+        dict(attention="luong", local="predictive", monotonic_gaussian=True),  # local-p has the Gaussian anyway
+        dict(attention="luong", fixed_context=True),  # the no-attention model uses Bahdanau's decoder
     ],
 )
 def test_invalid_configurations_raise_value_error(kwargs):
     with pytest.raises(ValueError):
         Seq2SeqAttention(SRC_V, TGT_V, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["monotonic_gaussian", "fixed_context"])
+def test_the_switches_must_be_bools(name):
+    with pytest.raises(TypeError, match=name):
+        Seq2SeqAttention(SRC_V, TGT_V, attention="luong", local="monotonic", **{name: 1})
+
+
+# ---------------------------------------------------------------------------------------
+# Local attention as in Luong et al. (2015): the Gaussian belongs to local-p (eq. 10) only
+# ---------------------------------------------------------------------------------------
+
+
+def _naive_window_softmax(scores, keep, center, r, gaussian):
+    """Position by position: softmax of the scores over the real positions with |s - p| <= r,
+    zero elsewhere; times exp(-(s - p)^2 / (2 (r/2)^2)) if ``gaussian``."""
+    N, S = scores.shape
+    out = torch.zeros(N, S, dtype=torch.float64)
+    for n in range(N):
+        p = float(center[n])
+        window = [s for s in range(S) if abs(s - p) <= r and bool(keep[n, s])]
+        if not window:
+            continue
+        m = max(float(scores[n, s]) for s in window)
+        z = sum(math.exp(float(scores[n, s]) - m) for s in window)
+        for s in window:
+            out[n, s] = math.exp(float(scores[n, s]) - m) / z
+            if gaussian:
+                out[n, s] *= math.exp(-((s - p) ** 2) / (2 * (r / 2) ** 2))
+    return out.float()
+
+
+def _luong_steps(model, src, tgt_in, keep):
+    """Run the decoder step by step; yield (t, h_t, weights_t, enc) with h_t the state scored at t."""
+    enc, state = model.encode(src, keep)
+    for t in range(tgt_in.shape[1]):
+        _, state, w = model.step(tgt_in[:, t], state, enc, t)
+        yield t, state[0], w, enc
+
+
+def test_local_m_weights_are_the_softmax_inside_the_window_without_a_gaussian():
+    # Luong et al. (2015): local-m sets p_t = t and uses the plain alignment (eq. 7) inside
+    # the window [t - r, t + r]; positions outside (and padding) get weight 0.
+    model = make_model(dict(attention="luong", score="dot", local="monotonic")).eval()
+    src, tgt_in, keep = batch(lengths=(9, 6, 3), S=9, T=8)
+    with torch.no_grad():
+        for t, h, w, enc in _luong_steps(model, src, tgt_in, keep):
+            scores = torch.einsum("nd,nsd->ns", h, enc.memory)  # dot score of h_t with every h̄_s
+            center = torch.full((3,), float(t))
+            expected = _naive_window_softmax(scores, keep, center, HALF_WINDOW, gaussian=False)
+            torch.testing.assert_close(w, expected)
+            # where the window holds a real token, the row sums to 1 (no Gaussian pulls it down)
+            has_window = keep[:, max(0, t - HALF_WINDOW) : t + HALF_WINDOW + 1].any(-1)
+            torch.testing.assert_close(w.sum(-1)[has_window], torch.ones(int(has_window.sum())))
+
+
+def test_local_p_weights_keep_the_gaussian_around_the_predicted_centre():
+    model = make_model(dict(attention="luong", score="dot", local="predictive")).eval()
+    src, tgt_in, keep = batch(lengths=(9, 6, 3), S=9, T=6)
+    lengths = keep.sum(-1).float()
+    with torch.no_grad():
+        for t, h, w, enc in _luong_steps(model, src, tgt_in, keep):
+            scores = torch.einsum("nd,nsd->ns", h, enc.memory)
+            center = lengths * torch.sigmoid(model.v_p(torch.tanh(model.W_p(h)))).squeeze(-1)  # eq. 9
+            expected = _naive_window_softmax(scores, keep, center, HALF_WINDOW, gaussian=True)  # eq. 10
+            torch.testing.assert_close(w, expected)
+
+
+def test_monotonic_gaussian_is_the_lecture_notes_variant_with_the_gaussian_on_local_m():
+    paper = make_model(dict(attention="luong", score="dot", local="monotonic")).eval()
+    notes = make_model(dict(attention="luong", score="dot", local="monotonic", monotonic_gaussian=True)).eval()
+    torch.testing.assert_close(dict(notes.named_parameters()), dict(paper.named_parameters()))
+    src, tgt_in, keep = batch(lengths=(9, 6, 3), S=9, T=6)
+    with torch.no_grad():
+        for t, h, w, enc in _luong_steps(notes, src, tgt_in, keep):
+            scores = torch.einsum("nd,nsd->ns", h, enc.memory).masked_fill(~keep, float("-inf"))
+            center = torch.full((3,), float(t))
+            torch.testing.assert_close(w, local_attention_weights(scores, center, HALF_WINDOW))
+            torch.testing.assert_close(w, _naive_window_softmax(scores, keep, center, HALF_WINDOW, gaussian=True))
+        _, w_paper = paper(src, tgt_in, keep)
+        _, w_notes = notes(src, tgt_in, keep)
+    assert not torch.allclose(w_paper, w_notes)
+    # At step 0 the states are the same, so the two differ exactly by the Gaussian factor.
+    gaussian = torch.exp(-((torch.arange(9.0) - 0) ** 2) / (2 * (HALF_WINDOW / 2) ** 2))
+    torch.testing.assert_close(w_notes[:, 0], w_paper[:, 0] * gaussian)
+
+
+# ---------------------------------------------------------------------------------------
+# No attention: a fixed summary of the source (Cho et al. 2014; Bahdanau's RNNenc baseline)
+# ---------------------------------------------------------------------------------------
+
+
+def test_fixed_context_model_has_no_score_parameters_and_returns_zero_weights():
+    model = make_model(dict(attention="bahdanau", fixed_context=True)).eval()
+    names = {name for name, _ in model.named_parameters()}
+    assert not names & {"W_q", "W_k", "v", "W"}
+    src, tgt_in, _ = batch()
+    logits, weights = model(src, tgt_in)
+    assert logits.shape == (3, 5, TGT_V)
+    assert weights.shape == (3, 5, 6) and (weights == 0).all()
+
+
+def test_fixed_context_is_a_summary_of_both_encoder_directions_of_the_real_tokens():
+    # c = W [forward state after the last real token; backward state after the first] + b,
+    # computed here by running the GRU on each unpadded source alone.
+    model = make_model(dict(attention="bahdanau", fixed_context=True)).eval()
+    src, _, keep = batch()
+    with torch.no_grad():
+        enc, _ = model.encode(src)
+        assert enc.memory is None and enc.summary.shape == (3, HID)
+        for n, length in enumerate(keep.sum(-1).tolist()):
+            _, h_n = model.encoder(model.src_embed(src[n : n + 1, :length]))  # (2, 1, HID)
+            expected = model.to_memory(torch.cat([h_n[0], h_n[1]], -1))[0]
+            torch.testing.assert_close(enc.summary[n], expected)
+
+
+def test_fixed_context_decoder_sees_the_source_only_through_the_summary():
+    model = make_model(dict(attention="bahdanau", fixed_context=True)).eval()
+    src, tgt_in, _ = batch(lengths=(6, 6, 6))
+    other = src.flip(1)
+    with torch.no_grad():
+        enc, state = model.encode(src)
+        enc_other, _ = model.encode(other)
+        enc_other.summary = enc.summary  # another source, the same summary and first state
+        for t in range(tgt_in.shape[1]):
+            a = model.step(tgt_in[:, t], state, enc, t)
+            b = model.step(tgt_in[:, t], state, enc_other, t)
+            torch.testing.assert_close(a[0], b[0])
+            state = a[1]
+
+
+def test_fixed_context_passes_through_build_model_for_default_config_model_kwargs():
+    from course_lib.models import build_model
+
+    model = build_model("bahdanau", SRC_V, TGT_V, embed_dim=EMB, hidden_dim=HID, fixed_context=True)
+    assert model.fixed_context and model.attention == "bahdanau"
