@@ -43,18 +43,24 @@ def local_attention_weights(
     r"""Luong et al. (2015) local-p weights (their eq. 10).
 
     .. math::
-        a_t(s) = \mathrm{softmax}_{|s - p_t| \le D}(e_s)\,
-                 \exp\!\left(-\frac{(s - p_t)^2}{2\sigma^2}\right), \qquad \sigma = D / 2.
+        a_t(s) = \mathrm{softmax}_{|s - p_t| \le r}(e_s)\,
+                 \exp\!\left(-\frac{(s - p_t)^2}{2\sigma^2}\right), \qquad \sigma = r / 2.
 
-    The softmax runs over the positions inside the window :math:`[p_t - D, p_t + D]` only;
+    The softmax runs over the positions inside the window :math:`[p_t - r, p_t + r]` only;
     positions outside get weight 0. The Gaussian favours positions near the (possibly
     fractional) centre :math:`p_t`. As in the paper, the result is not renormalised, so a
     row sums to less than 1. Scores of ``-inf`` (padding) get weight 0.
 
+    The Gaussian belongs to local-p, whose centre is predicted. Local-m (:math:`p_t = t`)
+    uses the window softmax alone, without this factor; see
+    :class:`course_lib.Seq2SeqAttention`, whose ``monotonic_gaussian=True`` applies this
+    function to local-m as well (a lecture-notes variant, not the paper's).
+
     Args:
         scores: alignment scores :math:`e_s` for every source position.
         center: the window centre :math:`p_t` per batch element, a real number.
-        half_window: :math:`D`, a positive int.
+        half_window: :math:`r`, the window's half-width, a positive number
+            (:math:`D` in Luong et al.).
 
     Shape:
         - scores: :math:`(N, S)`
