@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +19,8 @@ from .losses import label_smoothing_loss
 from .models import MODELS, build_model
 from .tasks import PAD, Task, get_task
 
-__all__ = ["TrainConfig", "default_config", "train", "evaluate", "save_checkpoint", "load_checkpoint"]
+__all__ = ["TrainConfig", "default_config", "train", "evaluate", "save_checkpoint", "load_checkpoint",
+           "cache_key"]
 
 
 @dataclasses.dataclass
@@ -62,7 +67,8 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def train(config: TrainConfig, out: str | Path | None = None, progress: bool = True, threads: int | None = None):
+def train(config: TrainConfig, out: str | Path | None = None, progress: bool = True, threads: int | None = None,
+          cache_dir: str | Path | None = None):
     """Train a model; returns ``(model, task, metrics)`` and saves a checkpoint to ``out``.
 
     Adam with linear warm-up and cosine decay, label smoothing, gradient clipping. Data
@@ -74,13 +80,64 @@ def train(config: TrainConfig, out: str | Path | None = None, progress: bool = T
         out: where to save the checkpoint (config, weights, vocabularies, metrics).
         progress: show a tqdm progress bar with loss and token accuracy.
         threads: torch threads (default: every core).
+        cache_dir: a folder of trained runs. The run is looked up there by :func:`cache_key`
+            (the whole config, the threads and the source of course_lib); a hit loads the saved model and
+            metrics instead of training, a miss trains and saves the run there. The
+            returned values are the same either way (``metrics["train_seconds"]`` is the
+            time the original training took).
     """
+    threads = threads or torch.get_num_threads()
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"{config.model}-{config.task}-{cache_key(config, threads)}.pt"
+        hit = _load_cached(path, config)
+        if hit is not None:
+            model, task, metrics = hit
+            if out is not None:
+                save_checkpoint(out, model, task, config, metrics)
+            return model, task, metrics
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads or previous_threads)
+    torch.set_num_threads(threads)
     try:
-        return _train(config, out, progress)
+        model, task, metrics = _train(config, out, progress)
     finally:
         torch.set_num_threads(previous_threads)
+    if cache_dir is not None:
+        save_checkpoint(path, model, task, config, metrics)
+    return model, task, metrics
+
+
+def _source_hash() -> str:
+    """SHA-256 of every ``course_lib/*.py`` (names and contents), so a code change is a new key."""
+    digest = hashlib.sha256()
+    for file in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def cache_key(config: TrainConfig, threads: int | None = None) -> str:
+    """The key of a run in ``train(..., cache_dir=...)``: a hash of the whole config, the number
+    of torch threads (default: the current number), the source of course_lib (every
+    ``course_lib/*.py``) and the torch version.
+
+    The threads are part of the key because a matrix product may round differently with
+    another number of threads, so the weights can differ in their last bits (the GRU models'
+    do; a seed still gives the same model for the same number of threads)."""
+    payload = json.dumps({"config": dataclasses.asdict(config), "threads": threads or torch.get_num_threads(),
+                          "source": _source_hash(), "torch": torch.__version__}, sort_keys=True, default=repr)
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def _load_cached(path: Path, config: TrainConfig):
+    """``(model, task, metrics)`` from a cached run, or None when there is none (or it is unreadable)."""
+    if not path.is_file():
+        return None
+    try:
+        model, task, ckpt = load_checkpoint(path)
+    except Exception:  # a file from an interrupted or incompatible run: train again
+        return None
+    if ckpt["config"] != dataclasses.asdict(config):
+        return None
+    return model, task, ckpt["metrics"]
 
 
 def _train(config: TrainConfig, out, progress: bool):
@@ -134,16 +191,27 @@ def evaluate(model, task: Task, n: int = 1000, seed: int = 0, split: str = "test
 
 
 def save_checkpoint(path, model, task: Task, config: TrainConfig, metrics: dict) -> None:
-    """Save config, task settings, vocabularies, weights and metrics with :func:`torch.save`."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
-        "config": dataclasses.asdict(config),
-        "task": task.config(),
-        "src_vocab": list(task.src_vocab.symbols),
-        "tgt_vocab": list(task.tgt_vocab.symbols),
-        "state_dict": model.state_dict(),
-        "metrics": metrics,
-    }, path)
+    """Save config, task settings, vocabularies, weights and metrics with :func:`torch.save`.
+
+    The file is written under a temporary name in the same folder and then renamed, so a
+    reader (another process sharing a cache folder) never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({
+                "config": dataclasses.asdict(config),
+                "task": task.config(),
+                "src_vocab": list(task.src_vocab.symbols),
+                "tgt_vocab": list(task.tgt_vocab.symbols),
+                "state_dict": model.state_dict(),
+                "metrics": metrics,
+            }, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_checkpoint(path):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from course_lib.decoding import greedy_decode
-from course_lib.training import _lr_factor, default_config, evaluate, load_checkpoint, train
+from course_lib.training import _lr_factor, cache_key, default_config, evaluate, load_checkpoint, train
 
 TINY = dict(steps=6, batch_size=16, warmup=2)
 
@@ -50,6 +50,55 @@ def test_checkpoint_round_trip_gives_the_same_outputs(tmp_path):
     assert ckpt["metrics"] == metrics and loaded_task.name == "dates"
     src, _, _ = task.batch(task.examples("test", 5, seed=0))
     assert torch.equal(greedy_decode(model.eval(), src, 11), greedy_decode(loaded, src, 11))
+
+
+def test_cache_dir_trains_once_then_loads_the_same_model(tmp_path, monkeypatch):
+    monkeypatch.setattr("course_lib.training.evaluate", lambda m, t, n, seed: evaluate(m, t, n=20, seed=seed))
+    config = tiny(task="dates", model="bahdanau")
+    model, task, metrics = train(config, progress=False, cache_dir=tmp_path)
+    saved = list(tmp_path.glob("*.pt"))
+    assert len(saved) == 1 and not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a cache hit must not train")
+
+    with monkeypatch.context() as m:
+        m.setattr("course_lib.training._train", no_training)
+        again, again_task, again_metrics = train(config, progress=False, cache_dir=tmp_path,
+                                                 out=tmp_path / "copy" / "m.pt")
+    assert again_metrics == metrics and again_task.name == task.name and not again.training
+    assert model.state_dict().keys() == again.state_dict().keys()
+    for (name, p), q in zip(model.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert load_checkpoint(tmp_path / "copy" / "m.pt")[2]["metrics"] == metrics  # out= is still written
+
+    train(tiny(task="dates", model="bahdanau", steps=7), progress=False, cache_dir=tmp_path)  # a miss
+    assert len(list(tmp_path.glob("*.pt"))) == 2
+
+
+def test_cache_key_covers_config_threads_and_source(monkeypatch):
+    config = tiny()
+    key = cache_key(config, threads=2)
+    assert cache_key(tiny(), threads=2) == key
+    for other in (tiny(seed=1), tiny(lr=1e-2), tiny(task_kwargs={"max_len": 8})):
+        assert cache_key(other, threads=2) != key
+    changed = tiny()
+    changed.model_kwargs["d_model"] = 32
+    assert cache_key(changed, threads=2) != key
+    assert cache_key(config, threads=1) != key
+    monkeypatch.setattr("course_lib.training._source_hash", lambda: "edited")
+    assert cache_key(config, threads=2) != key
+
+
+def test_a_damaged_cache_file_is_trained_again(tmp_path, monkeypatch):
+    monkeypatch.setattr("course_lib.training.evaluate", lambda m, t, n, seed: evaluate(m, t, n=20, seed=seed))
+    config = tiny()
+    _, _, metrics = train(config, progress=False, cache_dir=tmp_path)
+    (path,) = tmp_path.glob("*.pt")
+    path.write_bytes(path.read_bytes()[:100])
+    _, _, again = train(config, progress=False, cache_dir=tmp_path)
+    assert again["final_loss"] == metrics["final_loss"]
+    assert load_checkpoint(path)[2]["metrics"] == again  # rewritten whole
 
 
 def test_evaluate_counts_exact_matches_only():
