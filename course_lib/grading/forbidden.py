@@ -1,53 +1,185 @@
-"""Find calls a graded function may not use, by reading its source.
+"""Find calls a graded function may not use, by reading the code (the static layer).
 
 Each exercise lists calls the student must write themselves (``torch.softmax`` inside
 ``softmax``, ``F.scaled_dot_product_attention`` inside ``scaled_dot_product_attention``).
-Any use of ``course_lib`` (the reference implementations) is always forbidden.
+Any use of ``course_lib`` (the reference implementations) is always forbidden, and so is
+*dynamic access*, code that hides what it calls: ``eval``/``exec``, ``getattr`` with a
+computed name, ``globals()``, frames, ``ctypes``, torch's dispatcher internals.
 
-Two ways to resolve a name such as ``F.softmax`` to ``torch.nn.functional.softmax``:
+One scanner serves the notebook's :func:`course_lib.grading.check` and the autograder. It
+starts from every binding of the graded name and follows, transitively, every name the
+code reads: helper functions, lambdas, classes, module-level aliases (``sm = torch.softmax``,
+``nn = torch.nn``), containers, decorators and default arguments, and a later rebinding of
+the graded name. What a name means comes from an *environment*:
 
-- :func:`violations_in_function` (a live function, in a notebook): looks the name up in
-  the function's globals and compares objects, so any alias is recognised;
-- :func:`violations_in_source` (the autograder, which never runs student code in its own
-  process): reads the notebook's import statements.
+- :class:`StaticEnvironment` (the autograder, which never runs student code in its own
+  process): every module-level binding in the notebook's cells, each cell parsed once and
+  on its own, so one cell that cannot be parsed is reported instead of hiding the others;
+- :class:`LiveEnvironment` (a notebook): the function's globals and closure, as live
+  objects, and the source of the functions and classes they point to.
+
+The runtime layer (:mod:`course_lib.grading.opwatch`) then watches which torch functions and
+operators actually run, so a call the scanner could not see still counts.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib
 import inspect
 import textwrap
 import types
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-__all__ = ["violations_in_function", "violations_in_source", "function_source"]
+__all__ = [
+    "ParsedCell",
+    "parse_cells",
+    "NotebookScan",
+    "StaticEnvironment",
+    "LiveEnvironment",
+    "scan",
+    "review_flags",
+    "violations_in_function",
+    "violations_in_source",
+    "watch_spec",
+]
 
 REFERENCE_PACKAGE = "course_lib"
-_DYNAMIC = {"eval", "exec", "__import__", "compile"}
+
+#: Builtins that hide what code does (a call through them cannot be checked).
+DYNAMIC_BUILTINS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint",
+                    "setattr", "delattr"}
+#: Modules (and module attributes) that give access to frames, memory, file descriptors or
+#: torch's dispatcher, through which a forbidden call or the grader's own state can be reached.
+DYNAMIC_PATHS = ("ctypes", "gc", "importlib", *(f"builtins.{b}" for b in sorted(DYNAMIC_BUILTINS)),
+                 "builtins.__builtins__", "inspect.currentframe", "inspect.stack",
+                 "inspect.getouterframes", "inspect.getinnerframes", "inspect.trace", "sys._getframe",
+                 "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.modules", "sys.addaudithook",
+                 "os.read", "os.write", "os.pread", "os.pwrite", "os.readv", "os.writev", "os.dup", "os.dup2",
+                 "os.fdopen", "os.sendfile", "os.splice", "os.fork", "os.kill", "io.FileIO", "socket.fromfd",
+                 "mmap", "fcntl", "marshal", "torch._C", "torch.ops", "torch._ops", "torch.library",
+                 "torch.overrides", "torch.utils._python_dispatch", "torch._dispatch", "torch._dynamo")
+#: Attributes that reach into functions, frames and namespaces.
+DYNAMIC_ATTRS = {"__globals__", "__code__", "__closure__", "__builtins__", "__dict__", "__subclasses__", "__mro__",
+                 "__bases__", "__base__", "__getattribute__", "__import__", "__loader__", "__spec__", "__self__",
+                 "__func__", "__wrapped__", "__reduce__", "__reduce_ex__", "__torch_function__",
+                 "__torch_dispatch__", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame",
+                 "gi_code", "cr_frame", "ag_frame", "tb_frame", "tb_next"}
+#: What a notebook may not use anywhere, even outside graded functions: the tools that read
+#: the grader's own state in the student's process (its frames, its objects, its memory) or
+#: replace torch's dispatch. A notebook that uses them is held for review.
+REVIEW_PATHS = ("ctypes", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "inspect.currentframe",
+                "inspect.stack", "inspect.getouterframes", "inspect.getinnerframes", "inspect.trace",
+                "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+                "torch._C", "torch.ops", "torch._ops", "torch.library", "torch.overrides",
+                "torch.utils._python_dispatch", "torch._dispatch", "sys.modules", "importlib",
+                *(f"builtins.{b}" for b in ("eval", "exec", "compile", "__import__")))
+#: Parts of torch's dispatcher, wherever they are reached from (``torch.nn.modules.torch._C``).
+TORCH_INTERNALS = {"_C", "_ops", "ops", "_python_dispatch", "overrides", "_dynamo", "library", "_dispatch"}
+REVIEW_BUILTINS = {"eval", "exec", "compile", "__import__", "__builtins__"}
+REVIEW_ATTRS = {"__globals__", "__code__", "__closure__", "__builtins__", "__torch_function__", "__torch_dispatch__",
+                "f_back", "f_globals", "f_locals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame"}
+
+#: The aten operators behind a forbidden call: the runtime layer counts these however they
+#: were reached. (A composite function such as ``cosine_similarity`` has no operator of its
+#: own; it is caught where it is called, as a torch function.)
+OPS_OF_RULE: dict[str, tuple[str, ...]] = {
+    "torch.softmax": ("aten::_softmax", "aten::softmax"),
+    "torch.nn.functional.softmax": ("aten::_softmax", "aten::softmax"),
+    "torch.special.softmax": ("aten::_softmax", "aten::softmax"),
+    "torch.nn.Softmax": ("aten::_softmax", "aten::softmax"),
+    "method:softmax": ("aten::_softmax", "aten::softmax"),
+    "torch.log_softmax": ("aten::_log_softmax", "aten::log_softmax"),
+    "torch.nn.functional.log_softmax": ("aten::_log_softmax", "aten::log_softmax"),
+    "method:log_softmax": ("aten::_log_softmax", "aten::log_softmax"),
+    "torch.nn.functional.scaled_dot_product_attention": (
+        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_fused_attention_overrideable", "aten::_scaled_dot_product_attention_math"),
+    "torch.nn.MultiheadAttention": ("aten::_native_multi_head_attention",),
+    "torch.nn.functional.multi_head_attention_forward": ("aten::_native_multi_head_attention",),
+    "torch.nn.functional.layer_norm": ("aten::native_layer_norm", "aten::layer_norm"),
+    "torch.nn.LayerNorm": ("aten::native_layer_norm", "aten::layer_norm"),
+    "torch.layer_norm": ("aten::native_layer_norm", "aten::layer_norm"),
+    "torch.native_layer_norm": ("aten::native_layer_norm",),
+    "torch.nn.functional.group_norm": ("aten::native_group_norm", "aten::group_norm"),
+    "torch.group_norm": ("aten::native_group_norm", "aten::group_norm"),
+    "torch.nn.GroupNorm": ("aten::native_group_norm", "aten::group_norm"),
+    "torch.nn.functional.bilinear": ("aten::_trilinear", "aten::bilinear"),
+    "torch.bilinear": ("aten::_trilinear", "aten::bilinear"),
+    "torch.nn.Bilinear": ("aten::_trilinear", "aten::bilinear"),
+    "torch.nn.functional.cross_entropy": ("aten::nll_loss_forward", "aten::nll_loss2d_forward",
+                                          "aten::cross_entropy_loss"),
+    "torch.nn.CrossEntropyLoss": ("aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::cross_entropy_loss"),
+    "torch.nn.functional.nll_loss": ("aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::nll_loss_nd"),
+    "torch.nn.NLLLoss": ("aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::nll_loss_nd"),
+    "torch.nn.functional.cosine_similarity": ("aten::cosine_similarity",),
+    "torch.cosine_similarity": ("aten::cosine_similarity",),
+}
 
 
-def _chains(func: ast.AST) -> Iterable[tuple[list[str], str]]:
-    """Every dotted name read inside ``func``: (["F", "softmax"], "F.softmax")."""
-    inner = {id(n.value) for n in ast.walk(func) if isinstance(n, ast.Attribute)}
-    for node in ast.walk(func):
-        if id(node) in inner:
-            continue  # part of a longer dotted name, which is checked whole
-        chain: list[str] | None = None
-        if isinstance(node, ast.Attribute):
-            chain = _chain(node)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            chain = [node.id]
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-              and isinstance(node.args[1].value, str)):
-            base = _chain(node.args[0])
-            chain = (base or ["<expr>"]) + [node.args[1].value]
-        if chain:
-            yield chain, ".".join(chain)
+def watch_spec(rules: Sequence[str]) -> dict[str, list[str]]:
+    """What the runtime layer watches for an exercise's rules: torch functions by dotted path,
+    tensor methods by name, and aten operators (plain data, sent to the sandbox)."""
+    functions = sorted({r for r in rules if not r.startswith("method:")})
+    methods = sorted({r.split(":", 1)[1] for r in rules if r.startswith("method:")})
+    ops = sorted({op for r in rules for op in OPS_OF_RULE.get(r, ())})
+    return {"functions": functions, "methods": methods, "ops": ops}
 
 
-def _chain(node: ast.AST) -> list[str] | None:
+# ---------------------------------------------------------------------------------------
+# Cells: parsed once each, failing closed
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParsedCell:
+    """One code cell: its number (1-based, among code cells), source, syntax tree, and why it
+    cannot run (``problem``; then ``tree`` is None and the sandbox does not run the cell)."""
+
+    index: int
+    source: str
+    tree: ast.Module | None
+    problem: str = ""
+
+
+def parse_cells(sources: Sequence[str], first: int = 1) -> list[ParsedCell]:
+    """Parse every cell on its own. A cell that cannot be parsed (syntax error, nesting too
+    deep, invalid characters) gets a ``problem`` and no tree: it is reported and not run."""
+    cells = []
+    for i, src in enumerate(sources, first):
+        try:
+            tree = ast.parse(src, filename=f"<cell {i}>")
+        except SyntaxError as e:
+            where = f" (line {e.lineno})" if e.lineno else ""
+            msg = " ".join(str(e.msg).split())[:200]
+            cells.append(ParsedCell(i, src, None, f"{type(e).__name__}: {msg}{where}"))
+            continue
+        except RecursionError:
+            cells.append(ParsedCell(i, src, None, "the code is nested too deeply to be read"))
+            continue
+        except MemoryError:
+            cells.append(ParsedCell(i, src, None, "the code is too large to be read"))
+            continue
+        except (ValueError, UnicodeError, OverflowError) as e:
+            cells.append(ParsedCell(i, src, None, f"the code cannot be read ({type(e).__name__})"))
+            continue
+        cells.append(ParsedCell(i, src, tree))
+    return cells
+
+
+# ---------------------------------------------------------------------------------------
+# Reading code: dotted names, scopes
+# ---------------------------------------------------------------------------------------
+
+Chain = list[str]
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _chain(node: ast.AST) -> Chain | None:
+    """``a.b.c`` as ["a", "b", "c"]; an attribute of an expression as ["<expr>", ...]."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -60,90 +192,232 @@ def _chain(node: ast.AST) -> list[str] | None:
     return None
 
 
-def _method_rules(rules: Sequence[str]) -> set[str]:
-    return {r.split(":", 1)[1] for r in rules if r.startswith("method:")}
+@dataclass
+class Ref:
+    """A dotted name read somewhere in the code, or a dynamic construct found there."""
+
+    chain: Chain
+    written: str
+    node: ast.AST
+    dynamic: str = ""  # a reason, when the construct itself hides what is called
+
+
+def _refs(root: ast.AST) -> Iterator[Ref]:
+    """Every dotted name read inside ``root`` (whole chains only), ``getattr`` with a constant
+    name as the attribute it reads, and dynamic constructs."""
+    inner = {id(n.value) for n in ast.walk(root) if isinstance(n, ast.Attribute)}
+    for node in ast.walk(root):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                base = _chain(node.args[0]) or ["<expr>"]
+                chain = base + [node.args[1].value]
+                yield Ref(chain, ".".join(chain), node)
+            elif node.func.id == "getattr":
+                yield Ref(["getattr"], "getattr", node, "getattr() with a computed name")
+        if id(node) in inner:
+            continue  # part of a longer dotted name, which is read whole
+        chain = None
+        if isinstance(node, ast.Attribute):
+            chain = _chain(node)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            chain = [node.id]
+        if chain:
+            yield Ref(chain, ".".join(chain), node)
+
+
+def _stored_names(root: ast.AST) -> set[str]:
+    """Names bound inside a function (parameters and stores), the function's locals."""
+    names: set[str] = set()
+    declared: set[str] = set()
+    for node in ast.walk(root):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not root:
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.name != "*":
+                    names.add((a.asname or a.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names - declared
+
+
+def _local_imports(root: ast.AST) -> dict[str, str]:
+    """``import ...`` inside a function body: local name -> dotted path."""
+    found: dict[str, str] = {}
+    for node in ast.walk(root):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    found[a.asname] = a.name
+                else:
+                    found[a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                if a.name != "*":
+                    found[a.asname or a.name] = f"{node.module}.{a.name}"
+    return found
+
+
+def _under(path: str, prefixes: Iterable[str]) -> str | None:
+    for p in prefixes:
+        if path == p or path.startswith(p + "."):
+            return p
+    return None
 
 
 def _describe(path: str, written: str) -> str:
     shown = path if path == written else f"{path} (written {written})"
-    if path.startswith(REFERENCE_PACKAGE):
-        return (f"uses {shown}, a reference implementation: graded functions must be your own code")
+    if path.split(".")[0] == REFERENCE_PACKAGE:
+        return f"uses {shown}, a reference implementation: graded functions must be your own code"
     return f"uses {shown}, which this exercise asks you to write yourself"
 
 
-def _dynamic_note(name: str) -> str:
-    return f"uses {name}(), which graded functions may not use (it can hide what the code calls)"
+def _dynamic_note(what: str) -> str:
+    return f"uses {what}, which graded functions may not use (it can hide what the code calls)"
 
 
 # ---------------------------------------------------------------------------------------
-# Source only (autograder)
+# Environments
 # ---------------------------------------------------------------------------------------
 
 
-def _import_aliases(tree: ast.AST) -> dict[str, str]:
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    aliases[a.asname] = a.name
-                else:
-                    root = a.name.split(".")[0]
-                    aliases[root] = root
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for a in node.names:
-                if a.name != "*":
-                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
+class StaticEnvironment:
+    """What module-level names mean in a notebook, read from its cells without running them.
+
+    A name may be bound several times (in different cells, or rebound later); every binding
+    counts, since the scanner cannot know which one is current when the function runs.
+    """
+
+    def __init__(self, trees: Iterable[ast.Module]):
+        self.imports: dict[str, set[str]] = {}
+        self.star: set[str] = set()              # modules imported with `from m import *`
+        self.bindings: dict[str, list[ast.AST]] = {}
+        self.attr_bindings: dict[str, list[ast.AST]] = {}  # "torch.exp" = ... (monkeypatching)
+        self.dynamic_bindings: list[ast.AST] = []  # values stored through globals()[...] or setattr()
+        for tree in trees:
+            for stmt in tree.body:
+                self._module_statement(stmt)
+            for node in ast.walk(tree):  # `global x` inside functions binds x at module level
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    declared = {n for g in ast.walk(node) if isinstance(g, ast.Global) for n in g.names}
+                    if declared:
+                        for sub in ast.walk(node):
+                            self._store(sub, only=declared)
+
+    def _bind(self, name: str, value: ast.AST) -> None:
+        self.bindings.setdefault(name, []).append(value)
+
+    def _module_statement(self, stmt: ast.stmt) -> None:
+        for node in _module_level_nodes(stmt):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.imports.setdefault(a.asname, set()).add(a.name)
+                    else:
+                        root = a.name.split(".")[0]
+                        self.imports.setdefault(root, set()).add(root)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    if a.name == "*":
+                        self.star.add(node.module)
+                    else:
+                        self.imports.setdefault(a.asname or a.name, set()).add(f"{node.module}.{a.name}")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self._bind(node.name, node)
+            else:
+                self._store(node)
+
+    def _store(self, node: ast.AST, only: set[str] | None = None) -> None:
+        """Record what an assignment-like node binds."""
+        pairs: list[tuple[ast.AST, ast.AST]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, ast.NamedExpr):
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            pairs = [(node.target, node.iter)]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            pairs = [(item.optional_vars, item.context_expr) for item in node.items if item.optional_vars]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and only and node.name in only:
+            self._bind(node.name, node)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            self.dynamic_bindings.extend(node.args[2:3])
+        for target, value in pairs:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Name) and (only is None or t.id in only):
+                    self._bind(t.id, value)
+                elif isinstance(t, ast.Attribute) and only is None:
+                    chain = _chain(t)
+                    if chain and chain[0] != "<expr>":
+                        for path in self.paths(chain) or {".".join(chain)}:
+                            self.attr_bindings.setdefault(path, []).append(value)
+                        if chain[0] not in self.imports:
+                            self._bind(chain[0], value)  # obj.fn = ...: reading obj may reach it
+                elif isinstance(t, ast.Subscript) and only is None:
+                    base = _chain(t.value) or []
+                    if isinstance(t.value, ast.Call) or base[:1] in (["globals"], ["vars"], ["locals"]):
+                        self.dynamic_bindings.append(value)  # globals()["name"] = ...
+                    elif base and base[0] != "<expr>":
+                        self._bind(base[0], value)  # table["key"] = ...: reading table may reach it
+
+    def paths(self, chain: Chain, depth: int = 0) -> set[str]:
+        """The dotted paths a chain may stand for (``F.softmax`` -> ``torch.nn.functional.softmax``)."""
+        head, rest = chain[0], chain[1:]
+        out: set[str] = set()
+        if depth > 8 or head == "<expr>":
+            return out
+        for p in self.imports.get(head, ()):
+            out.add(".".join([p, *rest]))
+        for value in self.bindings.get(head, ()):
+            sub = _chain(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+            if sub and sub != chain[:1]:
+                out |= self.paths(sub + rest, depth + 1)
+        if not out and head not in self.bindings:
+            for module in self.star:
+                out.add(".".join([module, *chain]))
+        return out
+
+    def values(self, name: str) -> list[ast.AST]:
+        return self.bindings.get(name, [])
 
 
-def function_source(source: str, name: str) -> ast.FunctionDef | None:
-    """The last top-level ``def name`` in ``source`` (what a notebook run would keep)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    found = None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            found = node
-    return found
+def _module_level_nodes(stmt: ast.stmt) -> Iterator[ast.AST]:
+    """A module-level statement and the statements nested in its blocks (if, for, try, with),
+    but not inside function or class bodies."""
+    stack: list[ast.AST] = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.stmt, ast.NamedExpr, ast.comprehension, ast.Call)) or isinstance(child, ast.expr):
+                stack.append(child)
 
 
-def violations_in_source(source: str, name: str, rules: Sequence[str]) -> list[str]:
-    """Forbidden uses inside ``def name`` in ``source``, resolved through its imports."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    func = function_source(source, name)
-    if func is None:
-        return []
-    aliases = _import_aliases(tree)
-    exact = {r for r in rules if not r.startswith("method:")}
-    methods = _method_rules(rules)
-    found: list[str] = []
-    for chain, written in _chains(func):
-        if chain[0] in _DYNAMIC and len(chain) == 1:
-            note = _dynamic_note(chain[0])
-        else:
-            root = aliases.get(chain[0])
-            path = ".".join([root, *chain[1:]]) if root else None
-            note = None
-            if path and (path.split(".")[0] == REFERENCE_PACKAGE or path in exact):
-                note = _describe(path, written)
-            elif path == "importlib.import_module":
-                note = _dynamic_note("importlib.import_module")
-            elif len(chain) > 1 and chain[-1] in methods and (path is None or path == f"torch.Tensor.{chain[-1]}"):
-                note = _describe(f"the tensor method .{chain[-1]}()", written)
-        if note and note not in found:
-            found.append(note)
-    return found
+class LiveEnvironment:
+    """What names mean inside a live function: its globals, closure and builtins."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
 
 
-# ---------------------------------------------------------------------------------------
-# A live function (notebook)
-# ---------------------------------------------------------------------------------------
+def _object_path(obj: Any) -> str | None:
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    module = getattr(obj, "__module__", None)
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if isinstance(module, str) and isinstance(qual, str):
+        return f"{module}.{qual}"
+    return None
 
 
 def _resolve_rule(rule: str) -> Any:
@@ -162,6 +436,207 @@ def _resolve_rule(rule: str) -> Any:
     return None
 
 
+def _source_tree(obj: Any) -> ast.AST | None:
+    """The definition of a live function or class, parsed from its source (None if unknown)."""
+    try:
+        src = textwrap.dedent(inspect.getsource(obj))
+        tree = ast.parse(src)
+    except (OSError, TypeError, SyntaxError, IndentationError, ValueError, RecursionError):
+        return None
+    name = getattr(obj, "__name__", None)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return node
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Lambda):
+            return node
+    return tree
+
+
+# ---------------------------------------------------------------------------------------
+# The scan
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Rules:
+    exact: set[str]
+    methods: set[str]
+    objects: dict[int, str] = field(default_factory=dict)  # live mode: id(object) -> rule
+
+    @classmethod
+    def of(cls, rules: Sequence[str], live: bool) -> "_Rules":
+        r = cls({x for x in rules if not x.startswith("method:")},
+                {x.split(":", 1)[1] for x in rules if x.startswith("method:")})
+        if live:
+            for rule in r.exact:
+                obj = _resolve_rule(rule)
+                if obj is not None:
+                    r.objects[id(obj)] = rule
+        return r
+
+
+def _torch_internal(path: str) -> bool:
+    parts = path.split(".")
+    return parts[0] == "torch" and any(p in TORCH_INTERNALS for p in parts[1:])
+
+
+def _check_path(path: str, written: str, rules: _Rules, trusted: bool = False) -> str | None:
+    if path in rules.exact:
+        return _describe(path, written)
+    if path.split(".")[0] == REFERENCE_PACKAGE and not trusted:
+        return _describe(path, written)
+    if _under(path, DYNAMIC_PATHS) or _torch_internal(path):
+        return _dynamic_note(path if path == written else f"{path} (written {written})")
+    return None
+
+
+def _method_note(ref: Ref, rules: _Rules, path: str | None) -> str | None:
+    if len(ref.chain) > 1 and ref.chain[-1] in rules.methods:
+        if path is None or path == f"torch.Tensor.{ref.chain[-1]}" or ref.chain[0] == "<expr>":
+            return _describe(f"the tensor method .{ref.chain[-1]}()", ref.written)
+    return None
+
+
+def _attr_note(ref: Ref) -> str | None:
+    for part in ref.chain[1:]:
+        if part in DYNAMIC_ATTRS:
+            return _dynamic_note(f"the attribute {part}")
+    return None
+
+
+def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
+    """Forbidden uses reachable from the graded name ``name`` in a notebook (static)."""
+    r = _Rules.of(rules, live=False)
+    found: list[str] = []
+
+    def note(msg: str | None) -> None:
+        if msg and msg not in found:
+            found.append(msg)
+
+    todo: list[tuple[ast.AST, set[str], dict[str, str]]] = []
+    seen: set[int] = set()
+    seen_names: set[str] = set()
+
+    def visit_name(n: str) -> None:
+        if n in seen_names:
+            return
+        seen_names.add(n)
+        for value in env.values(n):
+            push(value)
+
+    def push(node: ast.AST) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        local = _stored_names(node) if isinstance(node, (*_FUNCTIONS, ast.ClassDef)) else set()
+        if isinstance(node, (*_FUNCTIONS, ast.ClassDef)) and hasattr(node, "name"):
+            local.discard(node.name)
+        todo.append((node, local, _local_imports(node)))
+
+    visit_name(name)
+    for path in env.imports.get(name, ()):  # from torch import softmax
+        note(_check_path(path, name, r))
+    for value in env.dynamic_bindings:  # globals()["name"] = ..., setattr(module, ...)
+        push(value)
+    try:
+        while todo:
+            node, local, imports = todo.pop()
+            for ref in _refs(node):
+                if ref.dynamic:
+                    note(_dynamic_note(ref.dynamic))
+                    continue
+                note(_attr_note(ref))
+                head = ref.chain[0]
+                if head in imports:
+                    path = ".".join([imports[head], *ref.chain[1:]])
+                    note(_check_path(path, ref.written, r))
+                    note(_method_note(ref, r, path))
+                    continue
+                if head in local or head == "<expr>":
+                    note(_method_note(ref, r, None))
+                    continue
+                if head in DYNAMIC_BUILTINS and head not in env.bindings and head not in env.imports:
+                    note(_dynamic_note(f"{head}()"))
+                    continue
+                paths = env.paths(ref.chain)
+                for path in paths:
+                    note(_check_path(path, ref.written, r))
+                    for value in env.attr_bindings.get(path, ()):  # torch.exp = torch.softmax
+                        push(value)
+                note(_method_note(ref, r, next(iter(paths)) if len(paths) == 1 else None))
+                if head in env.bindings:
+                    visit_name(head)
+    except RecursionError:
+        note("could not be checked: the code is nested too deeply")
+    return found
+
+
+def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[str]:
+    """Uses, anywhere in the notebook, of tools that read the grader's state in the student's
+    process or replace torch's dispatch (``ctypes``, frames, ``gc.get_objects``, torch's
+    dispatcher internals). Each is a reason to hold the submission for review."""
+    flags: list[str] = []
+    for cell in cells:
+        if cell.tree is None:
+            continue
+        local = _local_imports(cell.tree)
+        for ref in _refs(cell.tree):
+            if ref.dynamic:
+                continue
+            reason = None
+            for part in ref.chain[1:]:
+                if part in REVIEW_ATTRS:
+                    reason = f"the attribute {part}"
+            head = ref.chain[0]
+            paths = {".".join([local[head], *ref.chain[1:]])} if head in local else env.paths(ref.chain)
+            if head in REVIEW_BUILTINS and head not in env.bindings and head not in local:
+                reason = f"{head}()" if head != "__builtins__" else head
+            for path in paths:
+                if _under(path, REVIEW_PATHS) or _torch_internal(path):
+                    reason = path
+            if reason:
+                line = getattr(ref.node, "lineno", 0)
+                flag = f"cell {cell.index}, line {line}: uses {reason}"
+                if flag not in flags:
+                    flags.append(flag)
+    return flags[:20]
+
+
+class NotebookScan:
+    """A notebook's cells, parsed once, with the static environment built from them."""
+
+    def __init__(self, sources: Sequence[str]):
+        self.cells = parse_cells(sources)
+        self.env = StaticEnvironment(c.tree for c in self.cells if c.tree is not None)
+
+    @property
+    def problems(self) -> list[str]:
+        """``cell N: <why>`` for every cell that cannot be read (and so is not run)."""
+        return [f"cell {c.index}: {c.problem}" for c in self.cells if c.problem]
+
+    def runnable_sources(self) -> list[str]:
+        """What the sandbox runs: each readable cell as it is, an unreadable cell as nothing."""
+        return [c.source if c.tree is not None else "" for c in self.cells]
+
+    def violations(self, name: str, rules: Sequence[str]) -> list[str]:
+        return scan(name, rules, self.env)
+
+    def review_flags(self) -> list[str]:
+        return review_flags(self.cells, self.env)
+
+
+def violations_in_source(source: str, name: str, rules: Sequence[str]) -> list[str]:
+    """Forbidden uses reachable from ``name`` in one piece of source (a notebook's cells
+    joined, or a module)."""
+    return NotebookScan([source]).violations(name, rules)
+
+
+# ---------------------------------------------------------------------------------------
+# A live function (a notebook's check())
+# ---------------------------------------------------------------------------------------
+
+
 def _is_reference(obj: Any) -> bool:
     if isinstance(obj, types.ModuleType):
         return obj.__name__.split(".")[0] == REFERENCE_PACKAGE
@@ -170,60 +645,127 @@ def _is_reference(obj: Any) -> bool:
 
 
 def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list[str]:
-    """Forbidden uses inside ``fn``'s own source, resolved through its globals."""
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        return []
-    func = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))), None)
-    if func is None:
-        return []
-    import builtins
+    """Forbidden uses reachable from a live function: its code, and transitively the code of
+    the functions, lambdas and classes its globals and closure point to."""
+    r = _Rules.of(rules, live=True)
+    trusted_root = _is_reference(fn)  # the reference itself may call its own helpers
+    found: list[str] = []
 
-    env = dict(vars(builtins))
-    env.update(getattr(fn, "__globals__", {}))
-    trusted = _is_reference(fn)  # the reference itself may call its own helpers
-    forbidden = {}
-    for r in rules:
-        if not r.startswith("method:"):
-            obj = _resolve_rule(r)
-            if obj is not None:
-                forbidden[id(obj)] = r
-    methods = _method_rules(rules)
+    def note(msg: str | None) -> None:
+        if msg and msg not in found:
+            found.append(msg)
+
+    seen: set[int] = set()
+    todo: list[Any] = [fn]
     import torch
 
-    local_imports = _import_aliases(func)  # `import ...` inside the function body itself
-    exact = {r for r in rules if not r.startswith("method:")}
-    found: list[str] = []
-    for chain, written in _chains(func):
-        note = None
-        if chain[0] in local_imports:
-            path = ".".join([local_imports[chain[0]], *chain[1:]])
-            if path.split(".")[0] == REFERENCE_PACKAGE or path in exact:
-                note = _describe(path, written)
-        elif chain[0] in _DYNAMIC and len(chain) == 1 and chain[0] not in getattr(fn, "__globals__", {}):
-            note = _dynamic_note(chain[0])
-        elif chain[0] != "<expr>" and chain[0] in env:
-            obj: Any = env[chain[0]]
-            base: Any = None
-            ok = True
-            for p in chain[1:]:
-                base = obj
-                try:
-                    obj = getattr(obj, p)
-                except Exception:  # noqa: BLE001
-                    ok = False
-                    break
-            if ok and id(obj) in forbidden:
-                note = _describe(forbidden[id(obj)], written)
-            elif ok and not trusted and _is_reference(obj):
-                name = obj.__name__ if isinstance(obj, types.ModuleType) else f"{obj.__module__}.{getattr(obj, '__qualname__', '?')}"
-                note = _describe(name, written)
-            elif len(chain) > 1 and chain[-1] in methods and (base is torch.Tensor or not isinstance(base, types.ModuleType)):
-                note = _describe(f"the tensor method .{chain[-1]}()", written)
-        elif len(chain) > 1 and chain[-1] in methods:
-            note = _describe(f"the tensor method .{chain[-1]}()", written)
-        if note and note not in found:
-            found.append(note)
+    try:
+        while todo:
+            obj = todo.pop()
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, types.MethodType):
+                obj = obj.__func__
+            if isinstance(obj, functools_partial()):
+                todo.append(obj.func)
+                todo.extend(obj.args)
+                continue
+            if id(obj) in r.objects:
+                note(_describe(r.objects[id(obj)], getattr(obj, "__name__", "?")))
+                continue
+            if type(obj) in (list, tuple, set, frozenset, dict):
+                items = list(obj.values() if isinstance(obj, dict) else obj)[:100]
+                todo.extend(i for i in items if callable(i) or type(i) in (list, tuple, set, frozenset, dict))
+                continue
+            if obj is not fn and _is_reference(obj):
+                continue  # already reported where it was read; its own code is the reference
+            if not isinstance(obj, (types.FunctionType, type)):
+                if not isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)) and _defined_here(type(obj)):
+                    todo.append(type(obj))  # an instance of a notebook class: its methods
+                continue
+            if not _defined_here(obj) and obj is not fn:
+                continue  # library code (torch, numpy): the runtime layer watches what it runs
+            tree = _source_tree(obj)
+            if tree is None:
+                continue
+            trusted = trusted_root and _is_reference(obj)
+            env = dict(vars(builtins))
+            env.update(getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or builtins))
+            code = getattr(obj, "__code__", None)
+            if code is not None and getattr(obj, "__closure__", None):
+                for var, cell in zip(code.co_freevars, obj.__closure__):
+                    try:
+                        env[var] = cell.cell_contents
+                    except ValueError:
+                        pass
+            local = _stored_names(tree) - ({tree.name} if hasattr(tree, "name") else set())
+            imports = _local_imports(tree)
+            for ref in _refs(tree):
+                if ref.dynamic:
+                    note(_dynamic_note(ref.dynamic))
+                    continue
+                note(_attr_note(ref))
+                head = ref.chain[0]
+                if head in imports:
+                    path = ".".join([imports[head], *ref.chain[1:]])
+                    note(_check_path(path, ref.written, r, trusted))
+                    note(_method_note(ref, r, path))
+                    continue
+                if head in local or head == "<expr>" or head not in env:
+                    note(_method_note(ref, r, None))
+                    continue
+                if head in DYNAMIC_BUILTINS and env[head] is getattr(builtins, head, None):
+                    note(_dynamic_note(f"{head}()"))
+                    continue
+                value: Any = env[head]
+                written_path = (".".join([value.__name__, *ref.chain[1:]])
+                                if isinstance(value, types.ModuleType) else None)
+                base: Any = None
+                ok = True
+                for part in ref.chain[1:]:
+                    base = value
+                    try:
+                        value = inspect.getattr_static(value, part) if isinstance(value, type) else getattr(value, part)
+                    except Exception:  # noqa: BLE001 - an attribute that does not exist or raises
+                        ok = False
+                        break
+                    if isinstance(value, (staticmethod, classmethod)):
+                        value = value.__func__
+                path = _object_path(value) if ok else None
+                if ok and id(value) in r.objects:
+                    note(_describe(r.objects[id(value)], ref.written))
+                elif ok and not trusted and _is_reference(value):
+                    note(_describe(path or ref.written, ref.written))
+                elif ok and isinstance(value, types.ModuleType):
+                    note(_check_path(value.__name__, ref.written, r, trusted))
+                elif written_path and (_under(written_path, DYNAMIC_PATHS) or _torch_internal(written_path)):
+                    note(_dynamic_note(f"{written_path} (written {ref.written})"))
+                elif ok and any(value is getattr(builtins, b) for b in DYNAMIC_BUILTINS):
+                    note(_dynamic_note(f"{value.__name__}() (written {ref.written})"))
+                if len(ref.chain) > 1 and ref.chain[-1] in r.methods and (
+                        base is torch.Tensor or not isinstance(base, (types.ModuleType, type))):
+                    note(_describe(f"the tensor method .{ref.chain[-1]}()", ref.written))
+                if ok:
+                    todo.append(value)
+    except RecursionError:
+        note("could not be checked: the code is nested too deeply")
     return found
+
+
+def _defined_here(obj: Any) -> bool:
+    """True for code written by the student (a notebook cell, a script, a test module), not
+    for installed libraries (whose calls the runtime layer watches)."""
+    module = getattr(obj, "__module__", None)
+    if not isinstance(module, str):
+        return False
+    root = module.split(".")[0]
+    if root in ("torch", "numpy", "builtins", "functools", "typing", "math", "matplotlib", "collections", "abc"):
+        return False
+    return True
+
+
+def functools_partial() -> type:
+    import functools
+
+    return functools.partial
