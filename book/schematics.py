@@ -41,10 +41,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
+# A diagram is a bare Figure, not a pyplot figure: it never touches pyplot's backend, so a
+# chapter's own plots still reach the page through the notebook's inline backend (calling
+# matplotlib.use("Agg") here switched it off for every plot after the import).
 
 __all__ = ["PALETTE", "Canvas", "Box"]
 
@@ -118,7 +120,7 @@ class Canvas:
 
     def __init__(self, width: float, height: float, unit: float = UNIT_INCHES):
         self.width, self.height = width, height
-        self.fig = plt.figure(figsize=(width * unit, height * unit))
+        self.fig = Figure(figsize=(width * unit, height * unit))
         self.ax = self.fig.add_axes((0, 0, 1, 1))
         self.ax.set_xlim(0, width)
         self.ax.set_ylim(0, height)
@@ -228,11 +230,10 @@ class Canvas:
 
     # -- output ------------------------------------------------------------------------------
     def svg(self) -> str:
-        """The diagram as SVG text (and the figure is closed)."""
+        """The diagram as SVG text."""
         buf = io.StringIO()
-        with plt.rc_context({"svg.fonttype": "path", "svg.hashsalt": "schematics"}):
+        with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "schematics"}):
             self.fig.savefig(buf, format="svg", facecolor="white", metadata={"Date": None})
-        plt.close(self.fig)
         return buf.getvalue()
 
     def show(self):
