@@ -139,7 +139,8 @@ def sliding_window_attention(
     window: int,
     causal: bool = False,
     mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    return_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Attention in which each query sees only the keys within ``window`` positions.
 
     The same result as ``scaled_dot_product_attention(q, k, v, band & mask)`` with
@@ -149,8 +150,11 @@ def sliding_window_attention(
     padding ``k`` and ``v`` and taking ``unfold`` windows. Scores, softmax and the
     weighted sum of values then cost :math:`O(L \cdot r \cdot D)` time and memory instead
     of :math:`O(L \cdot S \cdot D)`; window slots that fall on the padding get weight 0.
-    Only returning the weights as an :math:`(*, L, S)` matrix (mostly zeros) costs
-    :math:`O(L \cdot S)` memory.
+    Only returning the weights as an :math:`(*, L, S)` matrix (mostly zeros, for plotting
+    and for comparison with the masked full attention) costs :math:`O(L \cdot S)` time and
+    memory; with ``return_weights=False`` that matrix is never built and the whole call is
+    linear in :math:`L` for a fixed window (when ``mask`` is given, its
+    :math:`(*, L, S)` view is only read at the window's positions).
 
     Args:
         q: queries.
@@ -161,6 +165,8 @@ def sliding_window_attention(
         causal: look only backwards, at keys :math:`i - r, \dots, i`.
         mask: an extra boolean mask, ``True`` = may attend, combined with the window by
             logical and.
+        return_weights: also return the weights as a dense :math:`(*, L, S)` matrix (the
+            default). ``False`` returns ``None`` in their place and skips building them.
 
     Shape:
         - q: :math:`(*, L, D)`
@@ -168,11 +174,18 @@ def sliding_window_attention(
         - v: :math:`(*, S, D_v)`
         - mask: broadcastable to :math:`(*, L, S)`
         - output: :math:`(*, L, D_v)`
-        - weights: :math:`(*, L, S)`
+        - weights: :math:`(*, L, S)`, or ``None`` if ``return_weights`` is ``False``
 
     Returns:
         ``(output, weights)``. A query with no allowed key gives zero weights and a zero
         output.
+
+    Example::
+
+        >>> q = k = v = torch.randn(1, 4096, 64)
+        >>> out, _ = sliding_window_attention(q, k, v, window=32, return_weights=False)
+        >>> out.shape
+        torch.Size([1, 4096, 64])
     """
     fn = "sliding_window_attention"
     dims = check_shapes(fn, q=(q, "... L D"), k=(k, "... S D"), v=(v, "... S Dv"))
@@ -195,6 +208,8 @@ def sliding_window_attention(
     scores = (q @ k_win).squeeze(-2)  # (*, L, 1, D) @ (*, L, D, W) -> (*, L, W)
     band_weights = _masked_softmax(scores, band)  # (*, L, W)
     output = (v_win @ band_weights.unsqueeze(-1)).squeeze(-1)  # (*, L, Dv, W) @ (*, L, W, 1) -> (*, L, Dv)
+    if not return_weights:
+        return output, None
     # Put slot w of query i in padded column i + w, then drop the padding columns.
     padded = q.new_zeros((*batch, L, before + S + pad[1]))  # (*, L, S + padding)
     weights = padded.scatter(-1, slot.expand_as(band_weights), band_weights)  # (*, L, S + padding)

@@ -388,6 +388,75 @@ def test_sliding_window_never_multiplies_an_L_by_S_matrix():
     assert full.largest("bmm") >= L * S * 4  # the instrument sees the masked full product
 
 
+@settings(max_examples=60)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    batch=st.lists(st.integers(1, 3), max_size=2),
+    l=st.integers(1, 10),
+    s=st.integers(1, 10),
+    d=st.integers(1, 5),
+    dv=st.integers(1, 5),
+    window=st.integers(0, 12),
+    causal=st.booleans(),
+    density=st.sampled_from([None, 0.0, 0.5, 0.9]),
+)
+def test_sliding_window_without_weights_gives_the_same_output_and_none(seed, batch, l, s, d, dv, window, causal,
+                                                                       density):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(*batch, n, e, generator=g) for n, e in ((l, d), (s, d), (s, dv)))
+    mask = None if density is None else torch.rand(*batch, l, s, generator=g) < density
+    out, weights = sliding_window_attention(q, k, v, window, causal, mask, return_weights=False)
+    assert weights is None
+    torch.testing.assert_close(out, windowed_sdpa(q, k, v, window, causal, mask)[0])
+    torch.testing.assert_close(out, sliding_window_attention(q, k, v, window, causal, mask)[0], rtol=0, atol=0)
+
+
+def test_sliding_window_returns_dense_weights_by_default():
+    q = torch.randn(2, 6, 4)
+    out, weights = sliding_window_attention(q, q, q, 1)
+    assert weights.shape == (2, 6, 6)
+
+
+def test_sliding_window_without_weights_gradients_match_the_definition():
+    def grads(fn):
+        torch.manual_seed(2)
+        q, k, v = (torch.randn(2, n, 4, requires_grad=True) for n in (6, 8, 8))
+        fn(q, k, v, 2, True, random_mask(2, 6, 8))[0].square().sum().backward()
+        return q.grad, k.grad, v.grad
+
+    ours = grads(lambda *a: sliding_window_attention(*a, return_weights=False))
+    for g_ours, g_theirs in zip(ours, grads(windowed_sdpa)):
+        assert torch.isfinite(g_ours).all()
+        torch.testing.assert_close(g_ours, g_theirs)
+
+
+def test_sliding_window_without_weights_never_creates_an_L_by_S_tensor():
+    # With return_weights=False nothing of size L x S is created at all (the weights'
+    # scatter included), so time and memory are linear in L for a fixed window.
+    L = S = 256
+    r = 2
+    q, k, v = torch.randn(1, L, 8), torch.randn(1, S, 8), torch.randn(1, S, 8)
+    with torch.no_grad(), OpOutputs() as lean:
+        sliding_window_attention(q, k, v, r, return_weights=False)
+    with torch.no_grad(), OpOutputs() as dense:
+        sliding_window_attention(q, k, v, r)
+    assert lean.largest() < L * S * 4 // 4  # float32; the largest is the (L, D, W) window copy
+    assert dense.largest() >= L * S * 4  # the instrument sees the dense weights
+
+
+def test_sliding_window_without_weights_scales_linearly_in_L():
+    # Count multiply-adds through the ops' output sizes: doubling L doubles the largest
+    # tensor created (the windows), it does not quadruple it.
+    r, D = 4, 8
+    sizes = []
+    for L in (256, 512):
+        q = torch.randn(1, L, D)
+        with torch.no_grad(), OpOutputs() as ops:
+            sliding_window_attention(q, q, q, r, return_weights=False)
+        sizes.append(ops.largest())
+    assert sizes[1] <= 2 * sizes[0] + 64
+
+
 def test_sliding_window_attention_rejects_bad_arguments_naming_them():
     q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
     with pytest.raises(ValueError, match="window"):
