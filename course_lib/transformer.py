@@ -3,7 +3,8 @@
 Both arrangements of the residual blocks are supported:
 
 - post-LN (``norm_first=False``, Vaswani et al., 2017): ``x = LN(x + Sublayer(x))``;
-- pre-LN (``norm_first=True``, Xiong et al., 2020): ``x = x + Sublayer(LN(x))``.
+- pre-LN (``norm_first=True``; used in tensor2tensor, Vaswani et al., 2018, by Wang et al.,
+  2019, and in GPT-2, and analysed by Xiong et al., 2020): ``x = x + Sublayer(LN(x))``.
 
 As in :class:`torch.nn.Transformer`, the encoder and decoder stacks each end with one more
 LayerNorm, in both arrangements, so that ``from_torch`` reproduces PyTorch exactly.
