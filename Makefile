@@ -15,7 +15,7 @@ SYSDEPS  := /usr/bin/chromium /usr/bin/bwrap
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 NBVAL    := -p no:cacheprovider --nbval-current-env
 
-.PHONY: book test bench env constraints clean sysdeps
+.PHONY: book test bench env constraints clean sysdeps pdf
 
 env: $(STAMP)
 
@@ -35,6 +35,14 @@ book: $(STAMP)
 	    rm -rf _build/.jupyter_cache; echo "$$hash" > _build/.book-code; fi
 	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+# A PDF of the whole book, offline: the book as one HTML page (strict, chapters from the
+# execution cache that `make book` keeps up to date), printed by headless Debian chromium
+# once MathJax has typeset every equation (book/_ext/print_pdf.py: a contents page,
+# bookmarks, page numbers). Writes _build/pdf/book.pdf; running it again rewrites the same.
+pdf: $(STAMP) sysdeps book
+	$(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
+	$(BIN)/python book/_ext/print_pdf.py _build/singlehtml _build/pdf/book.pdf
 
 sysdeps:
 	@test -x /usr/bin/chromium && test -x /usr/bin/bwrap || { \

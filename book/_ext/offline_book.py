@@ -6,6 +6,11 @@
 - sphinx-thebe registers its inline configuration script once per read of the sources;
   Jupyter Book reads twice, and the second ``const THEBE_JS_URL`` is a JavaScript error
   in every page. Identical scripts are emitted once.
+- The single-page build (``--builder singlehtml``, which ``make pdf`` prints) renders every
+  node the ``html`` build renders. Sphinx falls back to a builder's format (``html``) for
+  node handlers only when no extension registered any for the builder's own name;
+  sphinx-exercise registers ``singlehtml`` handlers, so myst-nb's hidden-input cells had
+  none there and the build failed. The ``html`` handlers are copied where missing.
 """
 
 import shutil
@@ -36,10 +41,19 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
     context["script_files"] = unique
 
 
+def _singlehtml_handlers_from_html(app):
+    if app.builder.name == "singlehtml":
+        handlers = app.registry.translation_handlers
+        single = handlers.setdefault("singlehtml", {})
+        for node, pair in handlers.get("html", {}).items():
+            single.setdefault(node, pair)
+
+
 def setup(app):
     if not (ES5 / "tex-mml-chtml.js").is_file():
         raise RuntimeError(f"MathJax not found at {ES5}; install django-static-mathjax")
     app.connect("config-inited", _use_local_mathjax, priority=900)
+    app.connect("builder-inited", _singlehtml_handlers_from_html)
     app.connect("html-page-context", _drop_duplicate_scripts)
     app.connect("build-finished", _copy_mathjax)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
