@@ -1,31 +1,40 @@
 """The built book, opened in a real browser (headless Debian chromium driven by Playwright).
 
-`make test` builds the book into `_build/html` first (strictly). Every page of the table of
-contents is served from localhost and opened; the test asserts no console errors, no
-request leaving localhost, every equation typeset by MathJax (no raw `$$` or `\\(` left),
-every image loaded, and the sidebar reaching every chapter. Screenshots go to
-`artifacts/screenshots/`.
+`make test` builds the book into `_build/html` first (strictly); set `BOOK_HTML` to test
+another build (e.g. `BOOK_HTML=/tmp/x/_build/html`). Every page of the table of contents is
+served from localhost and opened in the theme's light mode and in its dark mode (checked on
+`<html data-theme>`); the test asserts no console errors, no request leaving localhost,
+every equation typeset by MathJax (no raw `$$` or `\\(` left, a MathJax container for every
+math node), every image (SVG included) loaded, with a non-empty file behind it, and the
+sidebar reaching every chapter. The introduction and every chapter must show at least one
+schematic diagram (`img.schematic`, drawn by `book/schematics.py`) with alt text. Full-page
+screenshots, light and dark, go to `artifacts/screenshots/`.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import http.server
+import os
+import re
 import threading
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
-HTML = ROOT / "_build" / "html"
+HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html")).resolve()
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [  # no background traffic: this machine has no network
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
 ]
+MODES = ("light", "dark")
 
 
 def toc_pages() -> list[str]:
@@ -47,6 +56,8 @@ def toc_pages() -> list[str]:
 
 
 PAGES = toc_pages()
+# The introduction and the numbered chapters (not the notation appendix or the bibliography).
+CHAPTERS = [PAGES[0]] + [p for p in PAGES[1:] if re.fullmatch(r"book/0\d_\w+", p)]
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -56,12 +67,13 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server():
-    assert (HTML / "index.html").is_file(), "build the book first: `make book` (make test does)"
+    assert (HTML / "index.html").is_file(), f"no book at {HTML}: build it first (`make book`; make test does)"
     handler = functools.partial(_QuietHandler, directory=str(HTML))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
+    httpd.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +84,31 @@ def browser():
         b.close()
 
 
+def open_page(browser, server, name: str, mode: str = "light"):
+    """A page of the book in the theme's light or dark mode, after MathJax has finished.
+
+    Returns ``(page, errors, outside)``: console errors and requests that left localhost.
+    """
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=mode)
+    # The pydata theme reads the reader's choice from localStorage before it paints.
+    context.add_init_script(f"try {{ localStorage.setItem('theme', '{mode}'); "
+                            f"localStorage.setItem('mode', '{mode}'); }} catch (e) {{}}")
+    page = context.new_page()
+    errors, outside = [], []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("request", lambda req: outside.append(req.url)
+            if not req.url.startswith((server, "data:", "blob:", "about:")) else None)
+    page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
+    page.goto(f"{server}/{name}.html", wait_until="load")
+    page.wait_for_function("() => window.MathJax === undefined || "
+                           "(MathJax.startup && MathJax.startup.promise)", timeout=20000)
+    page.evaluate("() => window.MathJax && MathJax.startup.promise")
+    page.wait_for_load_state("networkidle")
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete)", timeout=20000)
+    return page, errors, outside
+
+
 # Text of the article with code removed, as the reader sees it after MathJax has run.
 ARTICLE_TEXT_JS = """() => {
   const article = document.querySelector('article') || document.body;
@@ -80,26 +117,33 @@ ARTICLE_TEXT_JS = """() => {
   return copy.innerText;
 }"""
 
+IMAGES_JS = """() => Array.from(document.images).map(i => ({
+  src: i.currentSrc || i.src, complete: i.complete, width: i.naturalWidth, height: i.naturalHeight,
+  schematic: i.classList.contains('schematic'), alt: (i.getAttribute('alt') || '').trim()}))"""
 
+
+def _image_bytes(src: str, server: str) -> int:
+    """The size of the file (or data URI) an image points to."""
+    if src.startswith("data:"):
+        header, _, payload = src.partition(",")
+        return len(base64.b64decode(payload)) if header.endswith(";base64") else len(unquote(payload))
+    assert src.startswith(server), f"image outside the book: {src}"
+    path = HTML / unquote(urlparse(src).path).lstrip("/")
+    assert path.is_file(), f"image file missing: {path}"
+    return path.stat().st_size
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("page_name", PAGES)
-def test_page_renders_offline_without_errors(server, browser, page_name):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    errors, outside = [], []
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("request", lambda req: outside.append(req.url)
-            if not req.url.startswith((server, "data:", "blob:", "about:")) else None)
-    page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
-    page.goto(f"{server}/{page_name}.html", wait_until="load")
-    page.wait_for_function("() => window.MathJax === undefined || "
-                           "(MathJax.startup && MathJax.startup.promise)", timeout=20000)
-    page.evaluate("() => window.MathJax && MathJax.startup.promise")
-    page.wait_for_load_state("networkidle")
+def test_page_renders_offline_without_errors(server, browser, page_name, mode):
+    page, errors, outside = open_page(browser, server, page_name, mode)
+    theme = page.evaluate("() => document.documentElement.dataset.theme")
+    assert theme == mode, f"{page_name} should be in {mode} mode, html[data-theme] is {theme!r}"
 
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{page_name.replace('/', '_')}.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / f"{page_name.replace('/', '_')}-{mode}.png"), full_page=True)
 
-    assert not errors, f"console errors on {page_name}: {errors}"
+    assert not errors, f"console errors on {page_name} ({mode}): {errors}"
     assert not outside, f"{page_name} made requests outside localhost: {outside}"
     text = page.evaluate(ARTICLE_TEXT_JS)
     for raw in ("$$", "\\(", "\\[", "\\begin{"):
@@ -107,10 +151,27 @@ def test_page_renders_offline_without_errors(server, browser, page_name):
     math_nodes = page.locator("div.math, span.math").count()
     typeset = page.locator("mjx-container").count()
     assert typeset >= math_nodes, f"{page_name}: {math_nodes} equations but {typeset} typeset"
-    broken = page.evaluate("() => Array.from(document.images)"
-                           ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
-    assert not broken, f"images that did not load on {page_name}: {broken}"
-    page.close()
+
+    images = page.evaluate(IMAGES_JS)
+    broken = [i["src"] for i in images if not (i["complete"] and i["width"] > 0 and i["height"] > 0)]
+    assert not broken, f"images that did not load on {page_name} ({mode}): {broken}"
+    empty = [i["src"][:80] for i in images if _image_bytes(i["src"], server) == 0]
+    assert not empty, f"empty image files on {page_name}: {empty}"
+    if mode == "dark":  # schematics are drawn dark on white; dark mode inverts them (schematics.css)
+        filters = page.evaluate("() => Array.from(document.querySelectorAll('img.schematic'))"
+                                ".map(i => getComputedStyle(i).filter)")
+        assert all("invert" in f for f in filters), f"{page_name}: schematics not inverted in dark mode: {filters}"
+    page.context.close()
+
+
+@pytest.mark.parametrize("page_name", CHAPTERS)
+def test_chapter_has_a_schematic_with_alt_text(server, browser, page_name):
+    page, _, _ = open_page(browser, server, page_name)
+    schematics = [i for i in page.evaluate(IMAGES_JS) if i["schematic"]]
+    page.context.close()
+    assert schematics, f"{page_name} has no schematic diagram (img.schematic, drawn with book/schematics.py)"
+    no_alt = [i["src"][:80] for i in schematics if not i["alt"]]
+    assert not no_alt, f"{page_name}: schematics without alt text: {no_alt}"
 
 
 def test_table_of_contents_reaches_every_chapter(server, browser):
