@@ -46,6 +46,8 @@ CHROMIUM_ARGS = [  # no background traffic: the machine may have no network
 # Applied on top of the theme's own print rules.
 PRINT_CSS = """
 @page { size: A4; margin: 16mm 15mm 18mm 15mm; }
+/* Nothing half faded in (opened cells fade in on screen). */
+*, *::before, *::after { animation: none !important; transition: none !important; }
 html { font-size: 14px; }
 /* Only the article: no header, sidebars, buttons or previous/next links. */
 .bd-header, .bd-sidebar-primary, .bd-sidebar-secondary, .bd-header-article, .bd-footer,
@@ -58,12 +60,20 @@ button.copybtn, a.headerlink, .toggle-button, details summary, .theme-switch-but
 /* The theme hides each section's first h1 in print (it prints the title itself). */
 .bd-main .bd-content .bd-article h1 { display: block !important; }
 .bd-main .bd-content { margin-left: 0 !important; }
+/* A few pixels of room so that a full-width box keeps its right border. */
+.bd-main .bd-content .bd-article { padding-right: 3px !important; }
 /* Code: wrap long lines, never cut them; outputs whole, without scroll bars. */
 pre, pre code, div.highlight pre { white-space: pre-wrap !important; overflow-wrap: anywhere !important;
   word-break: break-word !important; overflow: visible !important; max-height: none !important; }
 div.highlight pre, div.cell_output pre, .output pre { font-size: 0.8rem !important; }
 div.cell_output, .output, .cell_output .output, div.cell, div.cell_input, .scroll-output {
   max-height: none !important; overflow: visible !important; }
+/* Boxes: a thin rule instead of a drop shadow (a shadow is cut at the margin). */
+.admonition, div.admonition, div.cell, details, .cell_input, .cell_output { box-shadow: none !important; }
+.admonition, div.admonition, div.cell, details { box-sizing: border-box !important; max-width: 100% !important;
+  margin-right: 0 !important; }
+.admonition, div.admonition { border-top: 1px solid #d0d0d0 !important; border-right: 1px solid #d0d0d0 !important;
+  border-bottom: 1px solid #d0d0d0 !important; }
 /* Figures and equations stay whole. */
 img { max-width: 100% !important; height: auto !important; }
 figure, div.figure, img, mjx-container[display="true"], table, .admonition, div.cell_input {
@@ -74,7 +84,7 @@ table { font-size: 0.85rem; }
 #print-contents { break-after: page; }
 #print-contents ol { list-style: none; padding-left: 0; columns: 2; column-gap: 2em; }
 #print-contents li { break-inside: avoid; }
-#print-contents li.chapter { margin-top: 0.6em; font-weight: 600; }
+#print-contents li.chapter { margin-top: 0.6em; font-weight: 600; break-after: avoid; }
 #print-contents li.section { margin-left: 1.6em; font-weight: 400; font-size: 0.92rem; }
 #print-contents a { text-decoration: none; color: inherit; }
 .print-chapter { break-before: page; }
