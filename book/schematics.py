@@ -128,6 +128,11 @@ class Canvas:
         self.ax.axis("off")
         self.fig.patch.set_facecolor("white")
 
+    def _add(self, patch):
+        # add_artist, not add_patch: the limits are fixed, and add_patch's update of the data
+        # limits cost most of the drawing time of a diagram with many cells (same picture).
+        self.ax.add_artist(patch)
+
     # -- shapes --------------------------------------------------------------------------
     def box(self, x: float, y: float, text: str = "", kind: str = "neutral", w: float = 1.8,
             h: float = 0.8, fontsize: float | None = None, rounded: bool = True, dashed: bool = False) -> Box:
@@ -135,7 +140,7 @@ class Canvas:
         style = "round,pad=0,rounding_size=0.12" if rounded else "square,pad=0"
         patch = FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle=style, facecolor=PALETTE[kind],
                                edgecolor=EDGE[kind], linewidth=1.3, linestyle="--" if dashed else "-", zorder=2)
-        self.ax.add_patch(patch)
+        self._add(patch)
         if text:
             self.text(x, y, text, fontsize=fontsize)
         return Box(x, y, w, h)
@@ -150,7 +155,7 @@ class Canvas:
         frame = FancyBboxPatch((x0, y0), x1 - x0, y1 - y0, boxstyle="round,pad=0,rounding_size=0.2",
                                facecolor=PALETTE[kind], edgecolor="#888888", linewidth=1.0, linestyle="--",
                                zorder=1, alpha=0.5 if kind != "none" else 1.0)
-        self.ax.add_patch(frame)
+        self._add(frame)
         if label:
             ly = y1 + 0.22 if label_side == "top" else y0 - 0.22
             self.text((x0 + x1) / 2, ly, label, fontsize=FONT_SIZE - 1, color="#555555")
@@ -172,9 +177,9 @@ class Canvas:
                 alpha = 1.0
                 if values is not None:
                     face, alpha = EDGE[kind], 0.08 + 0.92 * float(values[i][j])
-                self.ax.add_patch(Rectangle((x0 + j * cell, y0 + (rows - 1 - i) * cell), cell, cell,
+                self._add(Rectangle((x0 + j * cell, y0 + (rows - 1 - i) * cell), cell, cell,
                                             facecolor=face, alpha=alpha, edgecolor="none", zorder=2))
-                self.ax.add_patch(Rectangle((x0 + j * cell, y0 + (rows - 1 - i) * cell), cell, cell,
+                self._add(Rectangle((x0 + j * cell, y0 + (rows - 1 - i) * cell), cell, cell,
                                             facecolor="none", edgecolor=EDGE[kind], linewidth=0.6, zorder=3))
         box = Box(x, y, w, h)
         if label:
@@ -202,7 +207,7 @@ class Canvas:
         patch = FancyArrowPatch(p0, p1, arrowstyle=style, mutation_scale=12, color=color, linewidth=1.2,
                                 linestyle="--" if dashed else "-", shrinkA=1, shrinkB=1,
                                 connectionstyle=f"arc3,rad={curve}", zorder=4)
-        self.ax.add_patch(patch)
+        self._add(patch)
         if text:
             mx, my = (p0[0] + p1[0]) / 2 + text_offset[0], (p0[1] + p1[1]) / 2 + text_offset[1]
             self.text(mx, my, text, fontsize=fontsize or FONT_SIZE - 1, background=True)
