@@ -101,12 +101,13 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     from .grading.sandbox import SandboxUnavailable
 
     try:
-        grade_all(args.submissions, args.db, jobs=args.jobs, sandbox=args.sandbox, force=args.force,
-                  assignments=tuple(args.assignment) if args.assignment else None, progress=not args.quiet)
+        summary = grade_all(args.submissions, args.db, jobs=args.jobs, sandbox=args.sandbox, force=args.force,
+                            assignments=tuple(args.assignment) if args.assignment else None,
+                            progress=not args.quiet, seed=args.seed)
     except (FileNotFoundError, SandboxUnavailable, ValueError) as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
         return 2
-    return 0
+    return 1 if summary.failed else 0  # some submissions could not be graded (the summary says why)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -226,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="regrade everything, even unchanged notebooks")
     p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--seed", type=int, default=None,
+                   help="draw every test input anew from this seed (recorded per submission), so no output can be "
+                        "looked up from the self-check; default: the self-check's inputs")
     p.set_defaults(func=_cmd_grade)
     p = sub.add_parser("check", help="grade one notebook locally and print the feedback")
     p.add_argument("notebook")

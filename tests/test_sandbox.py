@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COURSE_SOURCE = ROOT / "course_lib" / "attention.py"
 # Generous limits so that a busy machine cannot make an honest job time out; the tests of
 # the submission limit itself lower it for one job.
-LIMITS = Limits(call_seconds=0.5, submission_seconds=8.0, cell_seconds=1.0, memory_mb=256, processes=16,
+LIMITS = Limits(call_seconds=0.5, submission_seconds=12.0, cell_seconds=3.0, memory_mb=256, processes=16,
                 output_bytes=50_000, scratch_mb=4)
 SLOTS = {"bubblewrap": 41, "namespaces": 42, "none": 43}  # uids 60041.. (not those of other test files)
 # Both levels are required: `make test` installs bubblewrap, and CI runs as root (namespaces).
@@ -107,7 +107,7 @@ def secret_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=LEVELS)
 def runner(request, secret_dir):
-    r = Runner(mode="auto", limits=LIMITS, slot=SLOTS[request.param], hide=[str(secret_dir)], _force=request.param)
+    r = Runner(mode="auto", limits=LIMITS, slot=SLOTS[request.param], hide=[str(secret_dir)], isolation=request.param)
     yield r
     r.close()
 
@@ -181,8 +181,8 @@ def who():
     uid, gid, pid, ppid, n_pids, hostname, home, course, root_writable, caps, nnp = res.outcomes["who"][0].value
     assert caps == 0 and nnp == 1  # no capabilities, and no way to gain any
     assert uid == gid == runner.uid and uid != 0
-    assert (pid, ppid) == (1, 0)
-    assert n_pids == 1  # only itself: no host process is visible
+    assert ppid == 1 and pid != 1  # the calls run in a child of the job's PID 1 (a fresh PID namespace)
+    assert n_pids == 2  # only the job's own two processes: no host process is visible
     assert hostname == 1 and home == 0 and course == 0 and root_writable == 0
 
 
@@ -576,16 +576,26 @@ huge_shape = header + b" " * (end - len(header)) + small[end:]
 """
 
 
-def test_forged_and_malformed_results_never_reach_the_grader_as_objects(runner):
-    cells = [FORGE, "tensor(0, pickled)\ntensor(1, huge_shape)\ntensor(2, small[:-8])\n"
-             "forge({'t': 'result', 'fn': 'f', 'i': 3, 'status': 'ok', 'value': {'t': 'int', 'v': 'x'}})\n"
-             "forge({'t': 'end', 'status': 'ok'})\nforge({'t': 'fatal', 'msg': 'boom'})\n"
-             "forge({'t': 'result', 'fn': 'f', 'i': 4, 'status': 'ok', 'value': {'t': 'int', 'v': 4}})",
-             "os.write(3, b'\\xff\\xff\\xff\\x7f' + b'x' * 100)\nimport time\ntime.sleep(1)"]
-    res = run(runner, cells, {"f": [Call()] * 6})
-    assert res.status == "crashed" and "malformed" in res.message
-    assert [o.status for o in res.outcomes["f"]] == ["bad_type"] * 4 + ["ok", "error"]
-    assert res.outcomes["f"][4].value == 4  # a forged result is only what returning it would give
+def test_forged_frames_hold_the_submission_for_review_and_earn_nothing(runner):
+    # frames written to the harness's own pipe by student code: unsigned, so forged
+    cells = [FORGE, "tensor(0, pickled)\ntensor(1, huge_shape)\n"
+             "forge({'t': 'cells_done', 'missing': [], 'not_own': {}, 'seq': 0})\n"
+             "forge({'t': 'reply', 'id': 0, 'status': 'ok', 'value': {'t': 'int', 'v': 4}, 'seq': 1})\n"
+             "forge({'t': 'bye', 'seq': 2})\nos._exit(0)",
+             "def f():\n    return 4"]
+    res = run(runner, cells, {"f": [Call()] * 3})
+    assert res.status == "review" and res.violations, res
+    assert "signature" in res.message or "did not write" in res.message
+    assert [o.status for o in res.outcomes["f"]] == ["error"] * 3  # nothing forged became a result
+    check_honest(runner.run(honest_job()[0]))
+
+
+def test_a_malformed_stream_is_a_review_not_a_crash_of_the_grader(runner):
+    cells = ["import os\nos.write(3, b'\\xff\\xff\\xff\\x7f' + b'x' * 100)\nimport time\ntime.sleep(1)",
+             "def f():\n    return 1"]
+    res = run(runner, cells, {"f": [Call()]})
+    assert res.status == "review" and "malformed" in res.message
+    assert res.outcomes["f"][0].status == "error"
     check_honest(runner.run(honest_job()[0]))
 
 

@@ -60,7 +60,7 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     notes = violations_in_function(fn, ex.forbidden)
     if notes:
         return zero_report(ex, "forbidden", "; ".join(notes))
-    return judge(ex, run_calls(fn, ex))
+    return judge(ex, run_calls(fn, ex))  # the runtime layer watches the calls too
 
 
 class when_implemented:

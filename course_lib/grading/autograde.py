@@ -1,25 +1,35 @@
 """Grade one submitted notebook: notebook bytes and assignment in, result record out.
 
 :func:`grade_submission` is a self-contained job: it reads the notebook (never executing it
-here), finds forbidden calls in the graded functions' source, has a sandbox
-(:class:`course_lib.grading.sandbox.Runner`) run the cells and make the calls, and judges
-the plain arrays that come back in this process. The record it returns is plain JSON data,
-so the same job can run on another machine and send its record back.
+here), parses every cell once, finds forbidden calls reachable from the graded functions and
+notebook-wide use of introspection (the static layer, :mod:`course_lib.grading.forbidden`),
+has a sandbox (:class:`course_lib.grading.sandbox.Runner`) run the readable cells and make
+the calls, one at a time and watched (the runtime layer), and judges the plain arrays that
+come back in this process. The record it returns is plain JSON data, so the same job can run
+on another machine and send its record back.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 from pathlib import Path
 from typing import Any
 
 from .core import Exercise, Outcome, Report, judge, zero_report
-from .forbidden import violations_in_source
+from .forbidden import NotebookScan
 from .notebook import NotebookError, code_cells
 from .registry import ASSIGNMENTS, exercises_of
+from .text import clean_record, student_message
 
-__all__ = ["grade_submission", "refused", "checker_version", "sha256", "make_job", "split_outcomes"]
+__all__ = ["grade_submission", "refused", "failed", "checker_version", "sha256", "make_job", "split_outcomes",
+           "STATUSES"]
+
+#: What a record's ``status`` can be: the notebook was graded, refused as not a notebook,
+#: stopped at its time limit, crashed, held for an instructor's review (it tampered with the
+#: grading), or could not be graded because of a fault on the grader's side (regraded on the
+#: next run).
+STATUSES = ("graded", "invalid", "timeout", "crashed", "review", "error")
 
 
 def sha256(data: bytes) -> str:
@@ -37,18 +47,19 @@ def checker_version(root: Path | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def make_job(cells: list[str], exercises: list[Exercise]):
-    """The sandbox job: the notebook's cells and every call of every case, per function."""
+def make_job(cells: list[str], exercises: list[Exercise], seed: int | None = None):
+    """The sandbox job: the cells to run, every call of every case per function (drawn from
+    ``seed`` when given), and what the runtime layer watches per function."""
     from .sandbox import Job
 
-    calls = {ex.name: [c for case in ex.cases() for c in case.calls] for ex in exercises}
-    return Job(cells=cells, calls=calls)
+    calls = {ex.name: [c for case in ex.cases(seed) for c in case.calls] for ex in exercises}
+    return Job(cells=cells, calls=calls, watch={ex.name: ex.watch() for ex in exercises})
 
 
-def split_outcomes(ex: Exercise, flat: list[Outcome]) -> list[list[Outcome]]:
+def split_outcomes(ex: Exercise, flat: list[Outcome], seed: int | None = None) -> list[list[Outcome]]:
     """Regroup one function's outcomes (in call order) into one list per case."""
     out, i = [], 0
-    for case in ex.cases():
+    for case in ex.cases(seed):
         n = len(case.calls)
         part = list(flat[i:i + n])
         while len(part) < n:
@@ -59,8 +70,9 @@ def split_outcomes(ex: Exercise, flat: list[Outcome]) -> list[list[Outcome]]:
 
 
 def _record(assignment: str, digest: str, status: str, reports: list[Report], messages: list[str],
-            isolation: str) -> dict[str, Any]:
-    return {
+            isolation: str, seed: int | None = None, flags: list[str] | None = None,
+            fallbacks: int = 0) -> dict[str, Any]:
+    return clean_record({
         "assignment": assignment,
         "sha256": digest,
         "status": status,
@@ -69,24 +81,51 @@ def _record(assignment: str, digest: str, status: str, reports: list[Report], me
         "messages": messages,
         "functions": [r.to_dict() for r in reports],
         "isolation": isolation,
-    }
+        "seed": seed,
+        "fixed_cases": fallbacks,
+        "flags": flags or [],
+    })
 
 
-def refused(assignment: str, reason: str, digest: str = "", isolation: str = "none") -> dict[str, Any]:
+def refused(assignment: str, reason: str, digest: str = "", isolation: str = "none",
+            seed: int | None = None) -> dict[str, Any]:
     """The record of a submission that is not graded at all (every function 0), with the reason."""
     msg = f"Not graded: {reason}."
-    return _record(assignment, digest, "invalid", [zero_report(ex, "error", msg) for ex in exercises_of(assignment)],
-                   [msg], isolation)
+    return _record(assignment, digest, "invalid", [zero_report(ex, "error", msg, seed) for ex in exercises_of(assignment)],
+                   [msg], isolation, seed)
 
 
-def grade_submission(data: bytes, assignment: str, runner) -> dict[str, Any]:
+def failed(assignment: str, reason: str, digest: str = "", isolation: str = "none",
+           seed: int | None = None) -> dict[str, Any]:
+    """The record of a submission the grader could not grade through no fault of the student's
+    (status ``error``): 0 for now, and regraded on the next run."""
+    msg = f"Not graded yet: the grader failed ({reason}); it will be graded again."
+    return _record(assignment, digest, "error", [zero_report(ex, "error", msg) for ex in exercises_of(assignment)],
+                   [msg], isolation, seed)
+
+
+def _cell_number(message: str) -> int:
+    m = re.match(r"cell (\d+)", message)
+    return int(m.group(1)) if m else 0
+
+
+def grade_submission(data: bytes, assignment: str, runner, seed: int | None = None) -> dict[str, Any]:
     """Grade one notebook's bytes for ``assignment`` with ``runner`` (a sandbox Runner).
 
+    Args:
+        data: the notebook file's bytes.
+        assignment: the assignment's name (``02_self_attention``).
+        runner: a :class:`course_lib.grading.sandbox.Runner`.
+        seed: the instructor's seed: every input is drawn anew from it (see
+            :mod:`course_lib.grading.seeding`); None uses the self-check's inputs.
+
     Returns:
-        A JSON-serialisable record: ``assignment``, ``sha256``, ``status`` (``graded``,
-        ``invalid``, ``timeout`` or ``crashed``), ``score``, ``max_score``, ``messages``
-        (notebook-level feedback), ``functions`` (one report per graded function) and
-        ``isolation``. Never raises for anything in the notebook.
+        A JSON-serialisable record: ``assignment``, ``sha256``, ``status`` (one of
+        :data:`STATUSES`), ``score``, ``max_score``, ``messages`` (notebook-level feedback),
+        ``functions`` (one report per graded function), ``isolation``, ``seed``,
+        ``fixed_cases`` (cases that kept the self-check's inputs under ``seed``) and ``flags``
+        (forbidden calls, tampering, use of the reference: for the instructor's export).
+        Never raises for anything in the notebook.
     """
     if assignment not in ASSIGNMENTS:
         raise KeyError(f"unknown assignment {assignment!r}; choose from {', '.join(ASSIGNMENTS)}")
@@ -96,31 +135,54 @@ def grade_submission(data: bytes, assignment: str, runner) -> dict[str, Any]:
     try:
         cells = code_cells(data)
     except NotebookError as e:
-        return refused(assignment, str(e), digest, isolation)
-    source = "\n\n".join(cells)
-    forbidden = {ex.name: violations_in_source(source, ex.name, ex.forbidden) for ex in exercises}
-    result = runner.run(make_job(cells, exercises))
+        return refused(assignment, str(e), digest, isolation, seed)
+    scan = NotebookScan(cells)
+    fallbacks = sum(ex.fallbacks(seed) for ex in exercises) if seed is not None else 0
+    review = scan.review_flags()
+    if review:
+        msg = ("Your notebook uses tools that read the grader's own state or replace torch's dispatch ("
+               + "; ".join(review[:5]) + "). Nothing in it is graded: the submission is held for an "
+               "instructor to review.")
+        reports = [zero_report(ex, "forbidden", "held for review: the notebook uses introspection", seed)
+                   for ex in exercises]
+        return _record(assignment, digest, "review", reports, [msg], isolation, seed,
+                       [f"review: {r}" for r in review], fallbacks)
+    forbidden = {ex.name: scan.violations(ex.name, ex.forbidden) for ex in exercises}
+    result = runner.run(make_job(scan.runnable_sources(), exercises, seed))
+    flags: list[str] = []
     messages: list[str] = []
     if result.status != "ok":
         messages.append(result.message)
-    messages += [f"Error while running your notebook, {e}" for e in result.cell_errors[:10]]
-    if len(result.cell_errors) > 10:
-        messages.append(f"... and {len(result.cell_errors) - 10} more cells with errors")
+    if result.status == "review":
+        flags += [f"review: {v}" for v in result.violations]
+        reports = [zero_report(ex, "forbidden", "held for review: the notebook tampered with the grading", seed)
+                   for ex in exercises]
+        return _record(assignment, digest, "review", reports, messages, isolation, seed, flags, fallbacks)
+    errors = sorted(scan.problems + [student_message(e) for e in result.cell_errors], key=_cell_number)
+    messages += [f"Error while running your notebook, {e}" for e in errors[:10]]
+    if len(errors) > 10:
+        messages.append(f"... and {len(errors) - 10} more cells with errors")
     for access in result.reference_access[:5]:
         messages.append(f"Your notebook tried to use the course's reference implementations ({access}); "
                         "graded code must be your own, and they are not available while grading.")
+        flags.append(f"reference: {access}")
     reports = []
     for ex in exercises:
         if forbidden[ex.name]:
-            reports.append(zero_report(ex, "forbidden", "; ".join(forbidden[ex.name])))
+            reports.append(zero_report(ex, "forbidden", "; ".join(forbidden[ex.name]), seed))
+            flags.append(f"forbidden: {ex.name} " + "; ".join(forbidden[ex.name]))
         elif ex.name in result.missing:
             reports.append(zero_report(ex, "missing", f"no function named {ex.name} was defined after running "
-                                       "your notebook (check the name and that its cell runs without errors)"))
+                                       "your notebook (check the name and that its cell runs without errors)", seed))
+        elif ex.name in result.not_own:
+            note = (f"{ex.name} is {result.not_own[ex.name]}; graded functions must be your own code, written "
+                    "with def in a code cell")
+            reports.append(zero_report(ex, "forbidden", note, seed))
+            flags.append(f"forbidden: {ex.name} is not the student's own function")
         else:
-            reports.append(judge(ex, split_outcomes(ex, result.outcomes.get(ex.name, []))))
+            report = judge(ex, split_outcomes(ex, result.outcomes.get(ex.name, []), seed), seed=seed)
+            if report.status == "forbidden":
+                flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
+            reports.append(report)
     status = "graded" if result.status == "ok" else result.status
-    return _record(assignment, digest, status, reports, messages, isolation)
-
-
-def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True, ensure_ascii=False)
+    return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks)

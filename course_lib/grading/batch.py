@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .autograde import checker_version, grade_submission, refused, sha256
+from .autograde import checker_version, failed, grade_submission, refused, sha256
 from .gradebook import Gradebook
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
-from .registry import ASSIGNMENTS
+from .registry import ASSIGNMENTS, exercises_of
+from .text import student_message
 
-__all__ = ["Submission", "discover", "grade_all", "read_submission", "Summary"]
+__all__ = ["Submission", "discover", "grade_all", "read_submission", "student_id", "Summary"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,12 @@ class Submission:
     student: str
     assignment: str
     path: Path
+
+
+def student_id(name: str) -> str:
+    """A student's id from their folder's name: the name itself, or where it is not valid text
+    (bytes that are not UTF-8 in the file name) a backslash-escaped form that stays unique."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def discover(root: str | Path, assignments: tuple[str, ...] | None = None) -> tuple[list[Submission], list[str]]:
@@ -42,15 +49,16 @@ def discover(root: str | Path, assignments: tuple[str, ...] | None = None) -> tu
     subs: list[Submission] = []
     notes: list[str] = []
     for student_dir in sorted(p for p in root.iterdir()):
+        student = student_id(student_dir.name)
         if not student_dir.is_dir() or student_dir.is_symlink():
-            notes.append(f"{student_dir.name}: not a student folder, ignored")
+            notes.append(f"{student}: not a student folder, ignored")
             continue
         for path in sorted(student_dir.iterdir()):
             slug = path.name[:-len(".ipynb")] if path.name.endswith(".ipynb") else None
             if slug in wanted:
-                subs.append(Submission(student_dir.name, slug, path))
+                subs.append(Submission(student, slug, path))
             elif slug not in ASSIGNMENTS:
-                notes.append(f"{student_dir.name}/{path.name}: not an assignment notebook "
+                notes.append(f"{student}/{student_id(path.name)}: not an assignment notebook "
                              f"({', '.join(n + '.ipynb' for n in ASSIGNMENTS)}), ignored")
     return subs, notes
 
@@ -71,13 +79,24 @@ def read_submission(path: Path) -> bytes:
 
 @dataclass
 class Summary:
+    """What a grading run did: counts, statuses, and the submissions it could not grade."""
+
     graded: int = 0
     skipped: int = 0
     seconds: float = 0.0
     isolation: str = "none"
+    memory: str = ""
+    seed: int | None = None
     statuses: Counter = field(default_factory=Counter)
     by_assignment: dict = field(default_factory=lambda: defaultdict(list))
     notes: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # "student/assignment: reason" (status error)
+    peak_mb: float = 0.0
+
+    @property
+    def failed(self) -> int:
+        """Submissions the grader could not grade (its own fault; regraded on the next run)."""
+        return len(self.failures)
 
     def table(self) -> str:
         lines = [f"{'assignment':26} {'graded':>6} {'mean score':>12} {'full marks':>10}"]
@@ -90,32 +109,79 @@ class Summary:
         rate = self.graded / self.seconds if self.seconds > 0 else 0.0
         lines.append(f"graded {self.graded} submission(s) in {self.seconds:.1f} s ({rate:.1f}/s); "
                      f"skipped {self.skipped} unchanged; statuses: {status}")
-        lines.append(f"isolation: {self.isolation}")
+        lines.append(f"isolation: {self.isolation}; memory: {self.memory}; inputs: "
+                     + ("the self-check's" if self.seed is None else f"drawn from seed {self.seed}"))
+        if self.failures:
+            lines.append(f"FAILED to grade {self.failed} submission(s) (they will be graded again on the next run):")
+            lines += [f"  {f}" for f in self.failures[:20]]
+            if self.failed > 20:
+                lines.append(f"  ... and {self.failed - 20} more")
+        lines.append(f"grader peak memory: {self.peak_mb:.0f} MB")
         return "\n".join(lines)
+
+
+def peak_memory_mb() -> float:
+    """This process's peak resident memory (VmHWM), in MB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reason(e: BaseException) -> str:
+    return student_message(f"{type(e).__name__}: {e}", 200)
 
 
 def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: str = "auto", force: bool = False,
               assignments: tuple[str, ...] | None = None, progress: bool = True, out: TextIO = sys.stdout,
-              limits: Any = None) -> Summary:
-    """Grade every submission under ``submissions`` into the gradebook ``db``."""
+              limits: Any = None, seed: int | None = None) -> Summary:
+    """Grade every submission under ``submissions`` into the gradebook ``db``.
+
+    Nothing one submission does stops the batch: every failure on a submission's path (reading,
+    parsing, the sandbox, judging, saving) becomes a recorded outcome with its reason, and the
+    summary counts the submissions the grader could not grade (:attr:`Summary.failed`).
+    """
     from .sandbox import Limits, Runner
 
     if jobs < 1:
         raise ValueError(f"grade: jobs must be >= 1, got {jobs}")
+    if seed is not None and not isinstance(seed, int):
+        raise TypeError(f"grade: seed must be an int, got {type(seed).__name__}")
     subs, notes = discover(submissions, assignments)
     checker = checker_version()
-    summary = Summary(notes=notes)
+    summary = Summary(notes=notes, seed=seed)
     book = Gradebook(db)
     lock = threading.Lock()
     todo: "queue.Queue[tuple[Submission, bytes, str]]" = queue.Queue()
+
+    def save(sub: Submission, record: dict, seconds: float) -> None:
+        """Store a record; if that fails, store the failure; count either way."""
+        try:
+            book.save(sub.student, record, checker, seconds)
+        except Exception as e:  # noqa: BLE001 - a record the gradebook refuses must not stop the batch
+            record = failed(sub.assignment, f"the record could not be saved: {_reason(e)}", record.get("sha256", ""))
+            try:
+                book.save(sub.student, record, checker, seconds)
+            except Exception as e2:  # noqa: BLE001
+                summary.failures.append(f"{sub.student}/{sub.assignment}: not saved ({_reason(e2)})")
+                return
+        summary.graded += 1
+        summary.statuses[record["status"]] += 1
+        if record["status"] == "error":
+            summary.failures.append(f"{sub.student}/{sub.assignment}: {record['messages'][0] if record['messages'] else ''}")
+
     for sub in subs:
         try:
             data = read_submission(sub.path)
         except (NotebookError, OSError) as e:  # a folder, a link, unreadable: graded as refused
             reason = str(e) if isinstance(e, NotebookError) else f"{sub.path.name} could not be read"
-            book.save(sub.student, refused(sub.assignment, reason), checker, 0.0)
-            summary.graded += 1
-            summary.statuses["invalid"] += 1
+            save(sub, refused(sub.assignment, reason, seed=seed), 0.0)
             continue
         digest = sha256(data)
         if not force and book.is_current(sub.student, sub.assignment, digest, checker):
@@ -123,11 +189,11 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
         else:
             todo.put((sub, data, digest))
     total = todo.qsize()
-    from .registry import exercises_of
-
+    if seed is not None and total:
+        print(f"drawing fresh inputs from seed {seed} ...", file=sys.stderr)
     for slug in {sub.assignment for sub, _, _ in list(todo.queue)}:
         for ex in exercises_of(slug):
-            ex.expected()  # reference outputs, computed once before the threads start
+            ex.expected(seed)  # cases and reference outputs, computed once before the threads start
     hide = [str(Path(submissions).resolve()), str(Path(db).resolve().parent)]
     bar = None
     if progress and total:
@@ -137,7 +203,7 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
     start = time.perf_counter()
     runners = [Runner(mode=sandbox, limits=limits or Limits(), slot=i, hide=hide) for i in range(min(jobs, max(total, 1)))]
     summary.isolation = runners[0].isolation
-    errors: list[BaseException] = []
+    summary.memory = runners[0].memory_limit
 
     def work(runner) -> None:
         while True:
@@ -147,14 +213,11 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
                 return
             t0 = time.perf_counter()
             try:
-                record = grade_submission(data, sub.assignment, runner)
-            except BaseException as e:  # noqa: BLE001 - a grader bug must not lose the batch
-                errors.append(e)
-                return
+                record = grade_submission(data, sub.assignment, runner, seed=seed)
+            except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
+                record = failed(sub.assignment, _reason(e), digest, runner.isolation, seed)
             with lock:
-                book.save(sub.student, record, checker, time.perf_counter() - t0)
-                summary.graded += 1
-                summary.statuses[record["status"]] += 1
+                save(sub, record, time.perf_counter() - t0)
                 if bar is not None:
                     bar.update(1)
 
@@ -173,8 +236,7 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
     for student, record in book.rows():
         summary.by_assignment[record["assignment"]].append((record["score"], record["max_score"]))
     book.close()
-    if errors:
-        raise errors[0]
+    summary.peak_mb = peak_memory_mb()
     for n in notes:
         print(f"note: {n}", file=out)
     print(summary.table(), file=out)

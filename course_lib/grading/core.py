@@ -115,27 +115,49 @@ class Exercise:
     mistakes: list[Mistake] = field(default_factory=list)
     forbidden: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
-    _cases: list[Case] | None = field(default=None, repr=False)
-    _expected: list[list[Any]] | None = field(default=None, repr=False)
+    _cases: dict[int | None, list[Case]] = field(default_factory=dict, repr=False)
+    _expected: dict[int | None, list[list[Any]]] = field(default_factory=dict, repr=False)
+    _fallbacks: dict[int, int] = field(default_factory=dict, repr=False)
 
-    def cases(self) -> list[Case]:
-        if self._cases is None:
-            self._cases = self.make_cases()
-        return self._cases
+    def cases(self, seed: int | None = None) -> list[Case]:
+        """The cases: the self-check's (``seed=None``), or every input drawn anew from the
+        instructor's ``seed`` (:mod:`course_lib.grading.seeding`). Computed once per seed."""
+        if seed not in self._cases:
+            if seed is None:
+                self._cases[None] = self.make_cases()
+            else:
+                from .seeding import fresh_cases
 
-    def expected(self) -> list[list[Any]]:
-        """The reference's output for every call of every case (computed once)."""
-        if self._expected is None:
-            self._expected = []
-            for case in self.cases():
+                fresh = fresh_cases(self, int(seed))
+                self._cases[seed], self._fallbacks[seed] = fresh.cases, fresh.fallbacks
+        return self._cases[seed]
+
+    def fallbacks(self, seed: int) -> int:
+        """How many cases kept the self-check's inputs under ``seed`` (0 when all are fresh)."""
+        self.cases(seed)
+        return self._fallbacks.get(seed, 0)
+
+    def expected(self, seed: int | None = None) -> list[list[Any]]:
+        """The reference's output for every call of every case (computed once per seed)."""
+        if seed not in self._expected:
+            expected = []
+            for case in self.cases(seed):
                 outs = []
                 for c in case.calls:
                     out = call_once(self.reference, c, time_limit=None)
                     if out.status != "ok":
                         raise RuntimeError(f"reference {self.name} failed on case {case.name!r}: {out.message}")
                     outs.append(out.value)
-                self._expected.append(outs)
-        return self._expected
+                expected.append(outs)
+            self._expected[seed] = expected
+        return self._expected[seed]
+
+    def watch(self) -> dict[str, list[str]]:
+        """What the runtime layer watches while the student's function runs (see
+        :mod:`course_lib.grading.opwatch`)."""
+        from .forbidden import watch_spec
+
+        return watch_spec(self.forbidden)
 
     @property
     def max_score(self) -> float:
@@ -153,6 +175,7 @@ class Outcome:
     status: str
     value: Any = None
     message: str = ""
+    seen: list[str] = field(default_factory=list)  # forbidden torch calls that ran (runtime layer)
 
 
 class _CallTimeout(Exception):
@@ -184,8 +207,21 @@ def to_plain(value: Any) -> Any:
     raise TypeError(f"returned a {t.__module__}.{t.__qualname__}, expected a torch.Tensor")
 
 
-def call_once(fn: Callable[..., Any], call: Call, time_limit: float | None = CALL_TIME_LIMIT) -> Outcome:
-    """Call ``fn`` on fresh copies of the call's arguments and catch whatever happens."""
+def call_once(fn: Callable[..., Any], call: Call, time_limit: float | None = CALL_TIME_LIMIT,
+              watch: dict[str, list[str]] | None = None) -> Outcome:
+    """Call ``fn`` on fresh copies of the call's arguments and catch whatever happens.
+
+    With ``watch`` (an exercise's :meth:`Exercise.watch`), the torch functions and operators
+    it names are recorded in the outcome's ``seen`` when the call runs them.
+    """
+    if watch:
+        from .opwatch import OpWatch
+
+        w = OpWatch(**watch)
+        with w:
+            out = call_once(fn, call, time_limit)
+        out.seen = list(w.seen)
+        return out
     args = tuple(_copy_arg(a) for a in call.args)
     kwargs = {k: _copy_arg(v) for k, v in call.kwargs.items()}
     use_alarm = (
@@ -223,9 +259,11 @@ def call_once(fn: Callable[..., Any], call: Call, time_limit: float | None = CAL
             signal.signal(signal.SIGALRM, old)
 
 
-def run_calls(fn: Callable[..., Any], exercise: Exercise) -> list[list[Outcome]]:
-    """Run every call of every case of ``exercise`` on ``fn``, in this process."""
-    return [[call_once(fn, c) for c in case.calls] for case in exercise.cases()]
+def run_calls(fn: Callable[..., Any], exercise: Exercise, seed: int | None = None) -> list[list[Outcome]]:
+    """Run every call of every case of ``exercise`` on ``fn``, in this process, watching
+    for the torch calls the exercise forbids."""
+    watch = exercise.watch()
+    return [[call_once(fn, c, watch=watch) for c in case.calls] for case in exercise.cases(seed)]
 
 
 def _short(msg: str, limit: int = 300) -> str:
@@ -458,10 +496,40 @@ def _diagnose(exercise: Exercise, case: Case, actual: Sequence[Any], names: Sequ
     return ""
 
 
-def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequence[str] = ()) -> Report:
-    """Score ``outcomes`` (from :func:`run_calls` or a sandbox) against the reference."""
-    cases = exercise.cases()
-    expected = exercise.expected()
+PROPERTY_GATE = ("the property holds, but a property test earns its points only once the value tests of "
+                 "this function pass (otherwise outputs that are not an implementation, such as uniform "
+                 "weights, would score)")
+
+
+def runtime_violations(outcomes: Sequence[Sequence[Outcome]]) -> list[str]:
+    """What the runtime layer saw run that the exercise forbids, over all calls (in order)."""
+    seen: list[str] = []
+    for outs in outcomes:
+        for o in outs:
+            for what in o.seen:
+                if what not in seen:
+                    seen.append(what)
+    return seen
+
+
+def runtime_note(seen: Sequence[str]) -> str:
+    return (f"ran {', '.join(seen[:5])} while being checked, which this exercise asks you to write yourself "
+            "(seen as the code ran, whatever name reached it)")
+
+
+def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequence[str] = (),
+          seed: int | None = None) -> Report:
+    """Score ``outcomes`` (from :func:`run_calls` or a sandbox) against the reference.
+
+    A forbidden torch call seen at run time scores 0. Property and invariance cases (those
+    with their own judge) earn their points only when every value case (compared with the
+    reference) passes.
+    """
+    seen = runtime_violations(outcomes)
+    if seen:
+        return zero_report(exercise, "forbidden", runtime_note(seen), seed=seed)
+    cases = exercise.cases(seed)
+    expected = exercise.expected(seed)
     names = exercise.output_names
     results: list[TestResult] = []
     all_not_implemented = True
@@ -480,8 +548,16 @@ def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequ
         if feedback is None:
             results.append(TestResult(case.name, case.checks, case.points, case.points, True))
             continue
-        diagnosis = _diagnose(exercise, case, actual, names)
+        try:
+            diagnosis = _diagnose(exercise, case, actual, names)
+        except Exception:  # noqa: BLE001 - a diagnosis is a hint; its failure must not lose the grade
+            diagnosis = ""
         results.append(TestResult(case.name, case.checks, 0.0, case.points, False, feedback, diagnosis))
+    values_pass = all(r.passed for r, case in zip(results, cases) if case.judge is None)
+    if not values_pass:
+        for r, case in zip(results, cases):
+            if case.judge is not None and r.passed:
+                r.points, r.passed, r.feedback = 0.0, False, PROPERTY_GATE
     if all_not_implemented:
         for r in results:
             r.feedback = "not implemented yet"
@@ -491,7 +567,7 @@ def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequ
     return Report(exercise.name, results, status, list(notes))
 
 
-def zero_report(exercise: Exercise, status: str, note: str) -> Report:
+def zero_report(exercise: Exercise, status: str, note: str, seed: int | None = None) -> Report:
     """A report with every test failed for one reason (forbidden call, missing function)."""
-    results = [TestResult(c.name, c.checks, 0.0, c.points, False, note) for c in exercise.cases()]
+    results = [TestResult(c.name, c.checks, 0.0, c.points, False, note) for c in exercise.cases(seed)]
     return Report(exercise.name, results, status, [note])

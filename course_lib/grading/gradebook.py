@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from .text import clean_record, valid_utf8
+
 __all__ = ["Gradebook"]
 
 _SCHEMA = """
@@ -53,14 +55,17 @@ class Gradebook:
         self.close()
 
     def is_current(self, student: str, assignment: str, sha256: str, checker: str) -> bool:
-        """True when this exact notebook was already graded by this version of the checks."""
+        """True when this exact notebook was already graded by this version of the checks (a
+        record of the grader's own failure, status ``error``, is never current)."""
         row = self.conn.execute(
-            "SELECT sha256, checker FROM results WHERE student = ? AND assignment = ?", (student, assignment)
+            "SELECT sha256, checker, status FROM results WHERE student = ? AND assignment = ?", (student, assignment)
         ).fetchone()
-        return row is not None and row[0] == sha256 and row[1] == checker
+        return row is not None and row[0] == sha256 and row[1] == checker and row[2] != "error"
 
     def save(self, student: str, record: dict[str, Any], checker: str, seconds: float) -> None:
-        """Store one graded submission, replacing an earlier grading, in one transaction."""
+        """Store one graded submission, replacing an earlier grading, in one transaction. Every
+        string is made valid UTF-8 first (a lone surrogate would make SQLite refuse the row)."""
+        student, record = valid_utf8(student), clean_record(record)
         values = (
             student,
             record["assignment"],

@@ -2,8 +2,9 @@
 
 The grader never runs a student's code in its own process. A :class:`Runner` keeps one warm
 worker ("zygote", :mod:`course_lib.grading._worker`) that has already imported torch; for
-each submission the zygote forks a fresh process that runs the notebook's cells and then
-calls the graded functions, inside these walls:
+each submission the zygote forks a supervisor, which reads the job (the zygote never holds a
+byte of any submission) and forks a fresh process that runs the notebook's cells and then
+answers the grader's calls one at a time, inside these walls:
 
 * **bubblewrap** (when ``bwrap`` works here): the zygote runs in an allowlisted, read-only
   file system (the system libraries, the Python install and its packages; never the course's
@@ -11,14 +12,25 @@ calls the graded functions, inside these walls:
   namespaces, and only the capabilities the per-submission step needs.
 * **namespaces** (no bwrap, but root and Linux namespaces): the zygote builds the same
   allowlisted root itself (``unshare`` + ``pivot_root``) and a new network namespace.
-* per submission, in both: the child is PID 1 of a fresh PID namespace (when it ends, every
-  process it started ends: fork bombs, daemons) with its own mount, IPC, UTS and network
-  namespaces, a size-limited scratch ``tmpfs`` as its only writable place, a fresh
+* per submission, in both: the student's process is PID 1 of a fresh PID namespace (when it
+  ends, every process it started ends: fork bombs, daemons) with its own mount, IPC, UTS and
+  network namespaces, a size-limited scratch ``tmpfs`` as its only writable place, a fresh
   ``/proc``, rlimits (address space, processes, file size, open files, CPU time, no core
-  dumps), an unprivileged uid (``60000 + slot``) without capabilities, ``no_new_privs``,
-  stdin from ``/dev/null``, and the submission's wall-clock limit enforced by SIGKILL.
-* **none** (``mode="off"``): still a fresh forked process with rlimits per submission, but
-  no walls; only for trusted code.
+  dumps), an unprivileged uid (``60000 + slot``) without capabilities, ``no_new_privs``, a
+  seccomp filter (no kernel keyrings, ptrace, namespaces or mounts; during the calls no new
+  threads or processes), stdin from ``/dev/null``, and the submission's wall-clock limit
+  enforced by SIGKILL.
+* a **memory cgroup** per runner where the machine lets us make one
+  (:mod:`course_lib.grading.cgroup`): all of a submission's processes together stay under
+  ``memory_mb`` on top of the warm worker.
+* **none** (``mode="off"``): still a fresh forked process with rlimits and seccomp per
+  submission, but no walls; only for trusted code.
+
+The channel (see :mod:`course_lib.grading._worker`): every frame from the student's process
+carries a sequence number and an HMAC under a key made for this job, and is accepted only in
+its place: cell events, then ``cells_done``, then exactly one reply per call the grader sends,
+each call's inputs sent only when it is made. Anything else (a forged or out-of-order frame)
+is a *violation*: the job is stopped and the submission is held for review.
 
 Time limits: each cell gets ``cell_seconds`` of wall-clock time, each call ``call_seconds``
 of CPU time (robust to a busy machine; a wall-clock backstop of 5x catches a call that
@@ -28,17 +40,20 @@ the signals is killed at the submission limit, and the calls not made by then ar
 as not run.
 
 What comes back is parsed here as JSON and ``.npy`` bytes only (never unpickled), checked
-(dtypes, shapes, sizes) and rebuilt into plain tensors; objects made by student code never
-reach the grader. Results are streamed call by call, so a crash or a hang later in a
-submission keeps the results already made.
+(dtypes, shapes, sizes), each array decoded at most once and all of a submission's arrays
+within a fixed budget, and rebuilt into plain tensors; objects made by student code never
+reach the grader.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import json
 import math
 import os
+import secrets
 import select
 import shutil
 import subprocess
@@ -47,7 +62,7 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +70,21 @@ import numpy as np
 import torch
 
 from . import _worker
+from .cgroup import MemoryCgroup
 from .core import Call, Outcome
+from .notebook import python_source
+from .text import student_message, valid_utf8
 
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable", "detect_isolation"]
 
 WORKER = Path(_worker.__file__).resolve()
-SCRATCH = "/sandbox/tmp"  # inside the sandbox: the only writable folder (a fresh tmpfs per job)
+OPWATCH = WORKER.with_name("opwatch.py")
+SCRATCH = _worker.SCRATCH  # inside the sandbox: the only writable folder (a fresh tmpfs per job)
 BASE_UID = 60000
+MAX_DECODED_BYTES = 64 << 20  # all arrays of one submission together, once decoded
 _READY_SECONDS = 180.0       # a cold start imports torch; a loaded machine can be slow
-_WATCHDOG_GRACE = 30.0       # the zygote enforces the limit; this only catches a stuck zygote
+_WATCHDOG_GRACE = 30.0       # the supervisor enforces the limit; this only catches a stuck worker
+_CGROUP_HEADROOM = 128 << 20  # the job's supervisor and the copy-on-write pages of a fork
 _OUTCOME_STATUSES = ("ok", "not_implemented", "error", "timeout", "bad_type")
 _NPY_DTYPES = {np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                                      "uint64", "float16", "float32", "float64")}
@@ -79,7 +100,7 @@ class Limits:
 
     call_seconds: float = 10.0        # one call of a student function (CPU time; wall-clock backstop 5x)
     submission_seconds: float = 60.0  # whole submission (cells + all calls), wall clock
-    memory_mb: int = 1024             # extra address space beyond what the warm process already has
+    memory_mb: int = 1024             # all the submission's processes together (cgroup), and each (rlimit)
     processes: int = 32               # max processes/threads for the sandboxed uid
     output_bytes: int = 1_000_000     # stdout+stderr kept / file size limit
     scratch_mb: int = 64              # size of the writable scratch tmpfs
@@ -88,28 +109,35 @@ class Limits:
 
 @dataclass
 class Job:
-    """One submission: its code cells (in order) and the calls to make afterwards."""
+    """One submission: its code cells (in order; an empty string is a cell not to run), the
+    calls to make afterwards, and per function what the runtime layer watches
+    (:meth:`course_lib.grading.core.Exercise.watch`)."""
 
     cells: list[str]
     calls: dict[str, list[Call]]
+    watch: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
 
 @dataclass
 class RunResult:
     """What running one submission gave. ``outcomes`` has the keys and lengths of ``Job.calls``;
-    an ``ok`` outcome's value is plain data (tensors, numbers, tuples) rebuilt from arrays."""
+    an ``ok`` outcome's value is plain data (tensors, numbers, tuples) rebuilt from arrays, and
+    its ``seen`` lists forbidden torch calls that ran."""
 
     outcomes: dict[str, list[Outcome]]
     missing: list[str]
     cell_errors: list[str]
     reference_access: list[str]
-    status: str                   # "ok" | "timeout" | "crashed"
+    status: str                   # "ok" | "timeout" | "crashed" | "review"
     message: str                  # for the student when status != "ok"
     output_tail: str
     seconds: float
+    not_own: dict[str, str] = field(default_factory=dict)   # graded name -> what it is instead of a function
+    violations: list[str] = field(default_factory=list)     # why the channel was not trusted
 
 
 # --------------------------------------------------------------------------- isolation
+
 
 _detected: str | None = None
 _detect_lock = threading.Lock()
@@ -244,7 +272,8 @@ def _command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list
                 cmd += ["--dev", item[1]]
             elif item[0] == "proc":
                 cmd += ["--proc", item[1]]
-        cmd += ["--tmpfs", SCRATCH, "--ro-bind", str(WORKER), "/sandbox/worker.py", "--remount-ro", "/",
+        cmd += ["--tmpfs", SCRATCH, "--ro-bind", str(WORKER), "/sandbox/worker.py",
+                "--ro-bind", str(OPWATCH), "/sandbox/opwatch.py", "--remount-ro", "/",
                 "--chdir", SCRATCH, *py, "/sandbox/worker.py", *args]
     elif isolation == "namespaces":
         cmd = [*py, str(WORKER), *args, "--root", json.dumps(_allowlist(hide))]
@@ -359,25 +388,19 @@ def _encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> dict:
                     f"not {type(v).__name__}")
 
 
-def _encode_job(job: Job, limits: Limits, uid: int) -> tuple[dict, list[bytes]]:
+def _encode_call(i: int, name: str, call: Call) -> tuple[dict, list[bytes]]:
     blobs: list[bytes] = []
-    calls = []
-    for name, cs in job.calls.items():
-        calls.append([str(name), [{"args": [_encode_arg(a, blobs) for a in c.args],
-                                   "kwargs": [[str(k), _encode_arg(v, blobs)] for k, v in c.kwargs.items()]}
-                                  for c in cs]])
-    lim = asdict(limits)
-    if lim.get("cell_seconds") is None:
-        lim["cell_seconds"] = limits.submission_seconds / 2
-    return {"t": "job", "cells": [str(c) for c in job.cells], "calls": calls, "limits": lim, "uid": uid}, blobs
+    header = {"t": "call", "id": i, "fn": name, "args": [_encode_arg(a, blobs) for a in call.args],
+              "kwargs": [[str(k), _encode_arg(v, blobs)] for k, v in call.kwargs.items()]}
+    return header, blobs
 
 
 class _Lost(Exception):
-    """The zygote died, hung or broke the protocol during a job."""
+    """The worker died, hung or broke the protocol during a job."""
 
 
 class _NotSent(_Lost):
-    """The job could not be handed to the zygote."""
+    """The job could not be handed to the worker."""
 
 
 class _BadResult(Exception):
@@ -410,7 +433,24 @@ def _load_npy(data: bytes) -> np.ndarray:
     return arr.astype(dtype.newbyteorder("="), order="C", copy=True)  # (np.ascontiguousarray makes 0-d 1-d)
 
 
-def _decode_value(node: Any, blobs: list[bytes], depth: int = 0) -> Any:
+class _Budget:
+    """Decoded bytes left for one submission; every array may be decoded only once."""
+
+    def __init__(self, total: int = MAX_DECODED_BYTES):
+        self.left = total
+
+    def take(self, n: int) -> None:
+        if n > self.left:
+            raise _BadResult(f"returned more than {MAX_DECODED_BYTES >> 20} MB of arrays in all")
+        self.left -= n
+
+
+def _decode_value(node: Any, blobs: list[bytes], budget: _Budget | None = None, used: set[int] | None = None,
+                  depth: int = 0) -> Any:
+    """Plain data from a reply's value tree. Each blob may be used once (an honest reply never
+    refers to one array twice), and the decoded bytes come out of ``budget``."""
+    budget = budget if budget is not None else _Budget()
+    used = used if used is not None else set()
     if depth > 16 or not isinstance(node, dict):
         raise _BadResult("returned a value of an unexpected form")
     t = node.get("t")
@@ -418,7 +458,11 @@ def _decode_value(node: Any, blobs: list[bytes], depth: int = 0) -> Any:
         b = node.get("b")
         if type(b) is not int or not 0 <= b < len(blobs):
             raise _BadResult("returned a value of an unexpected form")
-        x = torch.from_numpy(_load_npy(blobs[b]).copy())
+        if b in used:
+            raise _BadResult("returned a value that refers to the same array twice")
+        used.add(b)
+        budget.take(len(blobs[b]))
+        x = torch.from_numpy(_load_npy(blobs[b]))
         if node.get("dtype") == "torch.bfloat16" and x.dtype == torch.float32:
             x = x.to(torch.bfloat16)
         return x
@@ -426,7 +470,7 @@ def _decode_value(node: Any, blobs: list[bytes], depth: int = 0) -> Any:
         items = node.get("items")
         if not isinstance(items, list) or len(items) > 1024:
             raise _BadResult("returned a value of an unexpected form")
-        return tuple(_decode_value(v, blobs, depth + 1) for v in items)
+        return tuple(_decode_value(v, blobs, budget, used, depth + 1) for v in items)
     v = node.get("v")
     if t == "bool" and type(v) is bool:
         return v
@@ -441,8 +485,165 @@ def _decode_value(node: Any, blobs: list[bytes], depth: int = 0) -> Any:
 
 
 def _text(v: Any, limit: int = 500) -> str:
-    s = v if isinstance(v, str) else ""
-    return s if len(s) <= limit else s[: limit - 3] + "..."
+    """A string that came out of the sandbox, made safe to keep (see :mod:`course_lib.grading.text`)."""
+    return student_message(v, limit) if isinstance(v, str) else ""
+
+
+# --------------------------------------------------------------------------- one conversation
+
+
+class _Conversation:
+    """One job's exchange with the worker: verifies every frame of the student's process
+    (HMAC, sequence, place in the protocol), sends the calls one at a time, and collects what
+    comes back."""
+
+    def __init__(self, runner: "Runner", job: Job, key: bytes, deadline: float):
+        self.runner, self.job, self.key, self.deadline = runner, job, key, deadline
+        self.outcomes: dict[str, list[Outcome | None]] = {n: [None] * len(cs) for n, cs in job.calls.items()}
+        self.missing: list[str] = []
+        self.not_own: dict[str, str] = {}
+        self.cell_errors: list[str] = []
+        self.refs: list[str] = []
+        self.violations: list[str] = []
+        self.seq = 0
+        self.budget = _Budget()
+        self.cells_done = False
+        self.bye = False
+        self.aborted = False
+
+    # ---------------------------------------------------------------- frames
+    def _next(self) -> dict:
+        """The next frame of the student's process (verified), or the supervisor's end frame
+        (``{"t": "end", ...}``)."""
+        while True:
+            try:
+                frame = self.runner._read_frame(self.deadline)
+            except _worker.ProtocolError as e:
+                raise _Lost(f"the sandbox sent malformed data ({e})") from None
+            if frame is None:
+                raise _Lost("the sandbox stopped responding")
+            h, b = frame
+            if h.get("t") == "end":
+                return {"t": "end", "end": h}
+            if h.get("t") != "g" or not b:
+                continue
+            if self.aborted:
+                continue
+            g = self._verify(b[0], b[1:])
+            if g is not None:
+                g["_blobs"] = b[1:-1]
+                return g
+
+    def _verify(self, raw: bytes, blobs: list[bytes]) -> dict | None:
+        if not blobs or len(blobs[-1]) != _worker.MAC_BYTES:
+            return self._violation("a frame without the grader's signature (written by the notebook's code?)")
+        mac = hmac.new(self.key, raw + b"".join(blobs[:-1]), hashlib.sha256).digest()
+        if not hmac.compare_digest(mac, blobs[-1]):
+            return self._violation("a frame the grader's harness did not write (forged by the notebook's code?)")
+        try:
+            header = json.loads(raw)
+        except ValueError:
+            return self._violation("a frame that is not valid JSON")
+        if not isinstance(header, dict) or header.get("seq") != self.seq:
+            return self._violation("a frame out of sequence (replayed or forged)")
+        self.seq += 1
+        return header
+
+    def _violation(self, why: str) -> None:
+        if why not in self.violations:
+            self.violations.append(why)
+        if not self.aborted:
+            self.aborted = True
+            self.runner._send({"t": "abort"}, (), self.deadline)
+        return None
+
+    def _event(self, g: dict) -> bool:
+        """Handle an event frame (allowed in its phase); False if it is not one."""
+        t = g.get("t")
+        if t == "cell_error" and not self.cells_done:
+            if len(self.cell_errors) < 1000:
+                self.cell_errors.append(_text(g.get("msg")))
+            return True
+        if t == "ref" and not self.bye:
+            name = _text(g.get("name"), 200)
+            entry = (f"course_lib object {name} modified" if g.get("kind") == "modified"
+                     else f"reference implementation {name} accessed")
+            if name and entry not in self.refs and len(self.refs) < 100:
+                self.refs.append(entry)
+            return True
+        return False
+
+    # ---------------------------------------------------------------- phases
+    def run(self) -> dict:
+        """Talk the job through; returns the supervisor's end frame."""
+        while not self.cells_done:
+            g = self._next()
+            if g["t"] == "end":
+                return g["end"]
+            if g.get("t") == "cells_done":
+                self.cells_done = True
+                self.missing = [n for n in g.get("missing", []) if n in self.outcomes][:100]
+                own = g.get("not_own", {})
+                if isinstance(own, dict):
+                    self.not_own = {n: _text(v, 200) for n, v in own.items() if n in self.outcomes}
+            elif not self._event(g):
+                self._violation(f"an unexpected {str(g.get('t'))[:30]!r} frame before the calls")
+        if self.aborted:
+            return self._until_end()
+        k = 0
+        for name, calls in self.job.calls.items():
+            if name in self.missing or name in self.not_own:
+                continue
+            for i, call in enumerate(calls):
+                header, blobs = _encode_call(k, name, call)
+                if not self.runner._send(header, blobs, self.deadline):
+                    return self._until_end()
+                while True:
+                    g = self._next()
+                    if g["t"] == "end":
+                        return g["end"]
+                    if self._event(g):
+                        continue
+                    if g.get("t") == "reply" and g.get("id") == k:
+                        self.outcomes[name][i] = self._outcome(g)
+                        break
+                    self._violation(f"an unexpected {str(g.get('t'))[:30]!r} frame while waiting for a reply")
+                    return self._until_end()
+                k += 1
+        if not self.runner._send({"t": "finish"}, (), self.deadline):
+            return self._until_end()
+        while True:
+            g = self._next()
+            if g["t"] == "end":
+                return g["end"]
+            if self._event(g):
+                continue
+            if g.get("t") == "bye" and not self.bye:
+                self.bye = True
+                continue
+            self._violation(f"an unexpected {str(g.get('t'))[:30]!r} frame after the calls")
+
+    def _until_end(self) -> dict:
+        while True:
+            g = self._next()
+            if g["t"] == "end":
+                return g["end"]
+
+    def _outcome(self, g: dict) -> Outcome:
+        seen = [_text(s, 120) for s in g.get("seen", [])][:20] if isinstance(g.get("seen"), list) else []
+        status = g.get("status")
+        if status not in _OUTCOME_STATUSES:
+            return Outcome("bad_type", message="returned a value that cannot be read", seen=seen)
+        if status != "ok":
+            return Outcome(status, message=_text(g.get("msg")), seen=seen)
+        try:
+            value = _decode_value(g.get("value"), g["_blobs"], self.budget)
+        except _BadResult as e:
+            return Outcome("bad_type", message=str(e), seen=seen)
+        except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as e:
+            return Outcome("bad_type", message=f"returned a value that cannot be read ({type(e).__name__})",
+                           seen=seen)
+        return Outcome("ok", value=value, seen=seen)
 
 
 # --------------------------------------------------------------------------- runner
@@ -459,10 +660,12 @@ class Runner:
         slot: distinguishes runners used in parallel (each gets its own uid, ``60000 + slot``).
         hide: folders the sandbox must never see (submissions, gradebook); they are never
             mounted, and covered should they lie inside an allowed folder.
+        isolation: force one isolation level (``"bubblewrap"``, ``"namespaces"`` or
+            ``"none"``) instead of choosing by ``mode``; refused if it does not work here.
     """
 
     def __init__(self, mode: str = "auto", limits: Limits | None = None, slot: int = 0,
-                 hide: list[str] | None = None, _force: str | None = None):
+                 hide: list[str] | None = None, isolation: str | None = None):
         if mode not in ("auto", "required", "off"):
             raise ValueError(f"sandbox mode must be 'auto', 'required' or 'off', not {mode!r}")
         self.limits = limits if limits is not None else Limits()
@@ -471,12 +674,11 @@ class Runner:
             raise ValueError("slot must be between 0 and 4999")
         self.uid = BASE_UID + self.slot
         self.hide = [str(h) for h in (hide or [])]
-        if _force is not None:
-            if _force not in ("bubblewrap", "namespaces", "none"):
-                raise ValueError(f"unknown isolation {_force!r}")
-            if _force != "none" and not _probe(_force):
-                raise SandboxUnavailable(f"{_force} isolation does not work on this machine")
-            isolation = _force
+        if isolation is not None:
+            if isolation not in ("bubblewrap", "namespaces", "none"):
+                raise ValueError(f"unknown isolation {isolation!r}")
+            if isolation != "none" and not _probe(isolation):
+                raise SandboxUnavailable(f"{isolation} isolation does not work on this machine")
         elif mode == "off":
             isolation = "none"
         else:
@@ -486,19 +688,27 @@ class Runner:
                     "no sandbox is available here (needs bubblewrap, or root with Linux namespaces); "
                     "refusing to run student code without one (use --sandbox auto or off to allow it)")
         self.isolation = isolation
+        self.cgroup: MemoryCgroup | None = None
         self._proc: subprocess.Popen | None = None
         self._ready = False
         self._log = None
         self._tmp: str | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._finalizer = weakref.finalize(self, Runner._cleanup, [None, None])
+        self._finalizer = weakref.finalize(self, Runner._cleanup, [None, None, None])
         self._start()
+
+    @property
+    def memory_limit(self) -> str:
+        """How the memory of one submission is limited, in words (for the grading summary)."""
+        if self.cgroup is not None:
+            return f"cgroup v{self.cgroup.version} ({self.limits.memory_mb} MB for all of a submission's processes)"
+        return f"rlimit ({self.limits.memory_mb} MB of address space per process; no cgroup here)"
 
     # ------------------------------------------------------------ process
     @staticmethod
     def _cleanup(state: list) -> None:
-        proc, tmp = state
+        proc, tmp, cgroup = state
         if proc is not None and proc.poll() is None:
             _killpg(proc)
             try:
@@ -507,9 +717,20 @@ class Runner:
                 pass
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+        if cgroup is not None:
+            for _ in range(50):
+                if not cgroup.pids():
+                    break
+                time.sleep(0.02)
+            cgroup.remove()
 
     def _start(self) -> None:
         cmd, env, tmp = _command(self.isolation, self.hide)
+        if self.cgroup is None:
+            self.cgroup = MemoryCgroup.create(f"course-lib-{os.getpid()}-slot{self.slot}")
+        if self.cgroup is not None:
+            self.cgroup.set_limit(1 << 40)  # no limit until the worker is warm and measured
+            cmd = self.cgroup.wrap(cmd)
         self._log = tempfile.TemporaryFile()
         self._tmp = tmp
         self._proc = _spawner.popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -519,7 +740,7 @@ class Runner:
         self._ready = False
         self._pending: list = []
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, Runner._cleanup, [self._proc, tmp])
+        self._finalizer = weakref.finalize(self, Runner._cleanup, [self._proc, tmp, self.cgroup])
 
     def _stop(self) -> None:
         proc, tmp = self._proc, self._tmp
@@ -549,11 +770,12 @@ class Runner:
             return ""
 
     def _read_frame(self, deadline: float) -> tuple[dict, list[bytes]] | None:
-        """The zygote's next frame, or None at EOF or past the deadline."""
+        """The worker's next frame, or None at EOF or past the deadline."""
         fd = self._proc.stdout.fileno()
         while True:
             if self._pending:
-                return self._pending.pop(0)
+                header, blobs, _raw = self._pending.pop(0)
+                return header, blobs
             got = self._reader.frames()
             if got:
                 self._pending = got
@@ -588,6 +810,12 @@ class Runner:
             view = view[n:]
         return True
 
+    def _send(self, header: dict, blobs, deadline: float) -> bool:
+        try:
+            return self._write(_worker.encode_frame(header, blobs), deadline)
+        except (OSError, ValueError):
+            return False
+
     def _ensure_ready(self) -> None:
         for attempt in range(2):
             if self._proc is None or self._proc.poll() is not None:
@@ -599,6 +827,8 @@ class Runner:
             frame = self._read_frame(time.monotonic() + _READY_SECONDS)
             if frame is not None and frame[0].get("t") == "ready":
                 self._ready = True
+                if self.cgroup is not None:  # the warm worker's footprint, plus the submission's share
+                    self.cgroup.set_limit(self.cgroup.usage() + (self.limits.memory_mb << 20) + _CGROUP_HEADROOM)
                 return
             log = self._log_tail()
             self._stop()
@@ -606,6 +836,17 @@ class Runner:
                 raise SandboxUnavailable(f"the sandbox worker ({self.isolation}) did not start" +
                                          (f":\n{log}" if log.strip() else ""))
             self._start()
+
+    def _begin(self, job: Job, key: bytes, deadline: float) -> None:
+        """Hand one job to the worker: a bare fork request (the warm worker never reads a job),
+        then the job itself, which the job's own supervisor reads."""
+        lim = asdict(self.limits)
+        if lim.get("cell_seconds") is None:
+            lim["cell_seconds"] = self.limits.submission_seconds / 2
+        header = {"t": "job", "cells": [valid_utf8(python_source(c)) for c in job.cells], "names": list(job.calls),
+                  "watch": job.watch, "limits": lim, "uid": self.uid, "key": key.hex()}
+        if not (self._send({"t": "fork"}, (), deadline) and self._send(header, (), deadline)):
+            raise _NotSent("the sandbox stopped responding")
 
     # ------------------------------------------------------------ public
     def run(self, job: Job) -> RunResult:
@@ -615,37 +856,33 @@ class Runner:
                 raise RuntimeError("this Runner is closed")
             t0 = time.monotonic()
             self._ensure_ready()
-            header, blobs = _encode_job(job, self.limits, self.uid)
-            names = list(job.calls)
-            outcomes: dict[str, list[Outcome | None]] = {n: [None] * len(job.calls[n]) for n in names}
-            missing: list[str] = []
-            cell_errors: list[str] = []
-            refs: list[str] = []
-            end: dict | None = None
             deadline = t0 + self.limits.submission_seconds + _WATCHDOG_GRACE
+            oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
             self._pending = []
             self._reader = _worker.FrameReader(max_header=1 << 20, max_total=_worker.MAX_RESULT_BYTES + (8 << 20))
             lost = "the sandbox stopped responding"
+            conv = _Conversation(self, job, secrets.token_bytes(32), deadline)
+            end: dict | None = None
             try:
                 try:
-                    end = self._exchange(header, blobs, deadline, outcomes, missing, cell_errors, refs)
+                    self._begin(job, conv.key, deadline)
                 except _NotSent:
-                    # the zygote had died before taking the job (no student code ran): once more
+                    # the worker had died before taking the job (no student code ran): once more
                     self._stop()
                     self._ensure_ready()
                     self._pending = []
-                    self._reader = _worker.FrameReader(max_header=1 << 20,
-                                                       max_total=_worker.MAX_RESULT_BYTES + (8 << 20))
-                    end = self._exchange(header, blobs, deadline, outcomes, missing, cell_errors, refs)
+                    self._begin(job, conv.key, deadline)
+                end = conv.run()
             except _Lost as e:
                 lost, end = str(e), None
             except BaseException:
-                # interrupted mid-job (KeyboardInterrupt...): the zygote may still be talking
+                # interrupted mid-job (KeyboardInterrupt...): the worker may still be talking
                 # about this job, so it must not serve the next one
                 self._stop()
                 raise
+            oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
             if end is None:
-                # The zygote died or hung: restart it; this submission counts as crashed.
+                # The worker died or hung: restart it; this submission counts as crashed.
                 self._stop()
                 try:
                     self._start()
@@ -656,86 +893,46 @@ class Runner:
                 status = end.get("status")
                 if status == "fatal":
                     self._stop()
-                    raise SandboxUnavailable(_text(end.get("message"), 2000))
-                message, tail = _text(end.get("message"), 2000), _text(end.get("tail"), 8000)
-                if status not in ("ok", "timeout", "crashed"):
+                    raise SandboxUnavailable(valid_utf8(end.get("message"))[:2000])
+                message, tail = _text(end.get("message"), 2000), valid_utf8(end.get("tail"))[-8000:]
+                if status == "exited":
+                    status = "ok" if conv.bye and message == "exit:0" else "crashed"
+                elif status not in ("timeout", "crashed"):
                     status, message = "crashed", "protocol"
+                if message.startswith("protocol"):  # only bytes written to the channel by student code
+                    conv.violations.append("malformed data on the grader's channel")
+            if conv.violations:
+                status, message = "review", "; ".join(conv.violations)
+            elif oom and status == "crashed":
+                message = "memory"
             message = self._message(status, message)
             why = {"timeout": f"the notebook was stopped after {self.limits.submission_seconds:g} s (timed out)",
-                   "crashed": "the notebook's process crashed"}.get(status, "no result came back")
+                   "crashed": "the notebook's process crashed",
+                   "review": "the submission is held for review"}.get(status, "no result came back")
             final: dict[str, list[Outcome]] = {}
-            for n in names:
+            for n, outs in conv.outcomes.items():
                 final[n] = []
-                for o in outcomes[n]:
+                for o in outs:
                     if o is None:
-                        if n in missing:
+                        if n in conv.missing:
                             o = Outcome("error", message=f"not run: no function named {n} was defined")
+                        elif n in conv.not_own:
+                            o = Outcome("error", message=f"not run: {n} is {conv.not_own[n]}")
                         else:
                             o = Outcome("error", message=f"not run: {why}")
                     final[n].append(o)
-            return RunResult(outcomes=final, missing=missing, cell_errors=cell_errors, reference_access=refs,
-                             status=status, message=message, output_tail=tail, seconds=time.monotonic() - t0)
-
-    def _exchange(self, header, blobs, deadline, outcomes, missing, cell_errors, refs) -> dict:
-        """Send one job, collect its frames until the zygote's "end" frame (returned)."""
-        try:
-            sent = self._write(_worker.encode_frame(header, blobs), deadline)
-        except (OSError, ValueError):
-            sent = False
-        if not sent:
-            raise _NotSent("the sandbox stopped responding")
-        while True:
-            try:
-                frame = self._read_frame(deadline)
-            except _worker.ProtocolError as e:
-                raise _Lost(f"the sandbox sent malformed data ({e})") from None
-            if frame is None:
-                raise _Lost("the sandbox stopped responding")
-            h, b = frame
-            t = h.get("t")
-            if t == "end":
-                return h
-            if t == "result":
-                self._take_result(h, b, outcomes)
-            elif t == "cell_error" and len(cell_errors) < 1000:
-                cell_errors.append(_text(h.get("msg")))
-            elif t == "missing" and h.get("name") in outcomes and h["name"] not in missing:
-                missing.append(h["name"])
-            elif t == "ref" and len(refs) < 100:
-                name = _text(h.get("name"), 200)
-                entry = (f"course_lib object {name} modified" if h.get("kind") == "modified"
-                         else f"reference implementation {name} accessed")
-                if name and entry not in refs:
-                    refs.append(entry)
-
-    def _take_result(self, h: dict, blobs: list[bytes], outcomes: dict[str, list[Outcome | None]]) -> None:
-        name, i = h.get("fn"), h.get("i")
-        if name not in outcomes or type(i) is not int or not 0 <= i < len(outcomes[name]):
-            return
-        if outcomes[name][i] is not None:
-            return  # the first answer counts
-        status = h.get("status")
-        if status not in _OUTCOME_STATUSES:
-            return
-        if status != "ok":
-            outcomes[name][i] = Outcome(status, message=_text(h.get("msg")))
-            return
-        try:
-            value = _decode_value(h.get("value"), blobs)
-        except _BadResult as e:
-            outcomes[name][i] = Outcome("bad_type", message=str(e))
-            return
-        except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as e:
-            outcomes[name][i] = Outcome("bad_type",
-                                        message=f"returned a value that cannot be read ({type(e).__name__})")
-            return
-        outcomes[name][i] = Outcome("ok", value=value)
+            return RunResult(outcomes=final, missing=conv.missing, cell_errors=conv.cell_errors,
+                             reference_access=conv.refs, status=status, message=message, output_tail=tail,
+                             seconds=time.monotonic() - t0, not_own=conv.not_own, violations=conv.violations)
 
     def _message(self, status: str, detail: str) -> str:
         if status == "ok":
             return ""
         lim = self.limits
         rest = " Calls that had not run yet count as failed."
+        if status == "review":
+            return ("Your notebook's process sent the grader data it did not ask for (" + detail + "). Nothing "
+                    "it sent is graded: the submission is held for an instructor to review.")
         if status == "timeout":
             return (f"Your notebook was stopped after {lim.submission_seconds:g} s, the time limit for a whole "
                     f"submission (an infinite loop, or code that ignores the {lim.call_seconds:g} s limit per "
@@ -743,14 +940,14 @@ class Runner:
         if detail.startswith("exit:"):
             return (f"Your notebook's process exited (exit code {detail[5:]}) before grading finished "
                     f"(os._exit(), or a library that crashed).{rest}")
+        if detail == "memory":
+            return (f"Your notebook was stopped for using more memory than allowed ({lim.memory_mb} MB for all its "
+                    f"processes together).{rest}")
         if detail == "signal:SIGKILL":
             return ("Your notebook's process was killed before grading finished, most likely for using too "
                     f"much memory (limit {lim.memory_mb} MB) or CPU time.{rest}")
         if detail.startswith("signal:"):
             return f"Your notebook's process crashed ({detail[7:]}) before grading finished.{rest}"
-        if detail == "memory":
-            return (f"Your notebook was stopped because the machine was running out of memory (limit "
-                    f"{lim.memory_mb} MB per process).{rest}")
         if detail.startswith("protocol"):
             return f"Your notebook's process sent malformed results and was stopped.{rest}"
         return f"Your notebook's process stopped unexpectedly ({detail or 'no details'}).{rest}"
@@ -771,6 +968,7 @@ class Runner:
                     pass
             self._stop()
             self._finalizer.detach()
+            Runner._cleanup([None, None, self.cgroup])
 
     def __enter__(self) -> "Runner":
         return self

@@ -7,13 +7,17 @@ from typing import Any, Sequence
 import torch
 
 from ..core import Call, compare
+from ..seeding import current_seed, mixed_seed
 
 __all__ = ["randn", "rand_mask", "rng", "item", "structure_problem", "first_structure_problem", "sums_to_one"]
 
 
 def rng(seed: int) -> torch.Generator:
-    """A generator with a fixed seed, so every student gets the same hidden inputs."""
-    return torch.Generator().manual_seed(seed)
+    """A generator for one exercise's cases: seeded with ``seed`` for the self-check (the same
+    inputs every time), or with ``seed`` mixed with the instructor's seed when grading with
+    ``--seed`` (:mod:`course_lib.grading.seeding`), so every input is drawn anew."""
+    instructor = current_seed()
+    return torch.Generator().manual_seed(seed if instructor is None else mixed_seed("rng", instructor, seed))
 
 
 def randn(g: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:

@@ -1,0 +1,66 @@
+"""Text that came from a submission, made safe to store, show and export.
+
+A student controls exception messages, printed output and file names, so every such string
+is treated as data: made valid UTF-8 (a lone surrogate would make SQLite or a file write
+fail), shortened, stripped of long runs of numbers (an exception message can carry the hidden
+inputs), and escaped for the format it goes into (Markdown, HTML, a CSV cell).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["valid_utf8", "clean_record", "student_message", "markdown_escape", "csv_cell"]
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
+#: Four or more numbers in a row (separated by commas, spaces, brackets): tensor contents.
+_NUMBER_RUN = re.compile(rf"(?:{_NUMBER}[\s,;\[\]()]*){{4,}}", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u2028\u2029]")
+
+
+def valid_utf8(s: Any) -> str:
+    """``s`` as a string that encodes to UTF-8 (lone surrogates and the like become U+FFFD)."""
+    if not isinstance(s, str):
+        s = "" if s is None else str(s)
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def clean_record(value: Any) -> Any:
+    """Every string in a JSON-like value (dict keys included) made valid UTF-8."""
+    if isinstance(value, str):
+        return valid_utf8(value)
+    if isinstance(value, dict):
+        return {valid_utf8(k): clean_record(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_record(v) for v in value]
+    return value
+
+
+def student_message(s: Any, limit: int = 300) -> str:
+    """A message from student code, fit for feedback: one line, valid UTF-8, no control
+    characters, runs of four or more numbers replaced by "...", at most ``limit`` characters."""
+    s = _CONTROL.sub(" ", valid_utf8(s))
+    s = _NUMBER_RUN.sub("... ", s)
+    s = " ".join(s.split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~])")
+
+
+def markdown_escape(s: Any) -> str:
+    """Text shown literally in Markdown: one line, every Markdown and HTML character escaped."""
+    s = " ".join(_CONTROL.sub(" ", valid_utf8(s)).split())
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet will not run: text starting with ``= + - @`` (or a tab or a
+    carriage return) gets a leading apostrophe; numbers are left as they are."""
+    if not isinstance(value, str):
+        return value
+    value = valid_utf8(value)
+    if value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
