@@ -20,8 +20,9 @@ Preparing the page for paper:
   scrolled outputs are shown whole, and the buttons, sidebars and search box are left out;
 - page numbers and the book's title in the footer.
 
-The PDF is written to a temporary name and renamed, so an interrupted run leaves the last
-complete PDF in place.
+It fails, and prints nothing, on a page error, a request that leaves localhost or fails, an
+image that did not load or math left untypeset. The PDF is written to a temporary name and
+renamed, so an interrupted run leaves the last complete PDF in place.
 """
 
 from __future__ import annotations
@@ -396,6 +397,8 @@ def print_pdf(html_dir: Path, out: Path, timeout_s: float = 180.0) -> dict:
                                    .forEach(e => e.remove());
                                   return ['$$', '\\\\(', '\\\\['].filter(s => a.innerText.includes(s)); }""")
             problems += [f"untypeset math: {s}" for s in raw]
+            if problems:  # print nothing rather than a PDF with holes
+                raise SystemExit("print_pdf: " + "; ".join(problems[:10]))
             # Lay the page out as it will be printed (A4 less the margins: 180 mm = 680 px).
             page.set_viewport_size({"width": 680, "height": 1000})
             page.emulate_media(media="print")
