@@ -100,10 +100,14 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     from .grading.batch import grade_all
     from .grading.sandbox import SandboxUnavailable
 
+    from .grading.sandbox import Limits
+
+    limits = Limits(call_seconds=args.call_seconds, submission_seconds=args.submission_seconds,
+                    memory_mb=args.memory_mb)
     try:
         summary = grade_all(args.submissions, args.db, jobs=args.jobs, sandbox=args.sandbox, force=args.force,
                             assignments=tuple(args.assignment) if args.assignment else None,
-                            progress=not args.quiet, seed=args.seed)
+                            progress=not args.quiet, seed=args.seed, limits=limits)
     except (FileNotFoundError, SandboxUnavailable, ValueError) as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
         return 2
@@ -230,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None,
                    help="draw every test input anew from this seed (recorded per submission), so no output can be "
                         "looked up from the self-check; default: the self-check's inputs")
+    p.add_argument("--call-seconds", type=float, default=10.0, help="CPU time per call of a function (default: 10)")
+    p.add_argument("--submission-seconds", type=float, default=60.0,
+                   help="wall-clock time for a whole notebook, cells and calls (default: 60)")
+    p.add_argument("--memory-mb", type=int, default=1024,
+                   help="memory for all of a submission's processes together (default: 1024)")
     p.set_defaults(func=_cmd_grade)
     p = sub.add_parser("check", help="grade one notebook locally and print the feedback")
     p.add_argument("notebook")

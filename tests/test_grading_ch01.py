@@ -603,8 +603,9 @@ def test_a_zero_key_without_eps_fails_the_zero_vector_test_only():
 
 def test_a_fully_masked_row_with_nan_loses_only_that_test():
     report = check(attention_pool_nan_on_empty_rows, name="attention_pool")
-    failed = [r.name for r in report.results if not r.passed]
+    failed = [r.name for r in report.results if not r.passed and not r.withheld]
     assert failed == ["fully masked row"]
+    assert all(r.points == 0 for r in report.results if r.withheld)  # properties wait for the values
 
 
 def test_swapping_w_q_and_w_k_fails_with_an_error_when_the_widths_differ():

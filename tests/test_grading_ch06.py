@@ -501,7 +501,7 @@ def test_label_smoothing_loss_classic_mistakes_are_diagnosed(fn, phrase):
 
 def test_label_smoothing_loss_unstable_version_fails_only_the_large_logits_test():
     report = check(label_smoothing_loss_unstable, name="label_smoothing_loss")
-    failed = [r for r in report.results if not r.passed]
+    failed = [r for r in report.results if not r.passed and not r.withheld]
     assert [r.name for r in failed] == ["large logits"]
     assert "NaN" in failed[0].feedback
 

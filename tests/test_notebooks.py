@@ -12,7 +12,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from course_lib.grading import ASSIGNMENTS, check
+from course_lib.grading import ASSIGNMENTS, check, exercise, judge, run_calls
 from course_lib.grading.assign import AssignError, assign, make_exercise
 from course_lib.grading.notebook import code_cells
 
@@ -65,6 +65,17 @@ def test_every_solution_function_scores_full_marks(slug):
     for name in ASSIGNMENTS[slug]:
         report = check(ns[name], name=name)
         assert report.passed and report.score == report.max_score > 0, str(report)
+
+
+@pytest.mark.parametrize("slug", list(ASSIGNMENTS))
+def test_every_solution_function_scores_full_marks_on_fresh_inputs_too(slug):
+    # grading with --seed draws every input anew; an honest solution must not notice
+    ns = _run_cells(ROOT / "solutions" / f"{slug}.ipynb")
+    for seed in (11, 20261123):
+        for name in ASSIGNMENTS[slug]:
+            ex = exercise(name)
+            report = judge(ex, run_calls(ns[name], ex, seed), seed=seed)
+            assert report.passed and report.score == report.max_score > 0, f"seed {seed}:\n{report}"
 
 
 @pytest.mark.parametrize("slug", list(ASSIGNMENTS))

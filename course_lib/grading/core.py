@@ -107,6 +107,9 @@ class Exercise:
         forbidden: calls the student may not use, as dotted paths
             (``"torch.nn.functional.softmax"``) or ``"method:NAME"`` for a tensor method.
         output_names: names of the items when the function returns a tuple.
+        structure_args: arguments (positions or keyword names) that are structure, not values
+            (positions, lengths): fresh inputs under ``--seed`` redraw them but never rescale
+            them (see :mod:`course_lib.grading.seeding`).
     """
 
     name: str
@@ -115,9 +118,12 @@ class Exercise:
     mistakes: list[Mistake] = field(default_factory=list)
     forbidden: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
+    structure_args: tuple[int | str, ...] = ()
     _cases: dict[int | None, list[Case]] = field(default_factory=dict, repr=False)
     _expected: dict[int | None, list[list[Any]]] = field(default_factory=dict, repr=False)
     _fallbacks: dict[int, int] = field(default_factory=dict, repr=False)
+    _failing: dict[int, list[Mistake]] = field(default_factory=dict, repr=False)  # per self-check case
+    _gated: set[int] | None = field(default=None, repr=False)
 
     def cases(self, seed: int | None = None) -> list[Case]:
         """The cases: the self-check's (``seed=None``), or every input drawn anew from the
@@ -151,6 +157,18 @@ class Exercise:
                 expected.append(outs)
             self._expected[seed] = expected
         return self._expected[seed]
+
+    def gated(self) -> set[int]:
+        """Indices of the cases that earn their points only once the function's other value cases
+        pass: properties and invariances (a case with its own judge), and value cases whose answer
+        does not depend on the input values. Empty when no other value case is left to require."""
+        if self._gated is None:
+            from .seeding import input_independent
+
+            cases = self.cases()
+            gated = {i for i, c in enumerate(cases) if c.judge is not None} | input_independent(self)
+            self._gated = gated if any(i not in gated for i in range(len(cases))) else set()
+        return self._gated
 
     def watch(self) -> dict[str, list[str]]:
         """What the runtime layer watches while the student's function runs (see
@@ -353,6 +371,7 @@ class TestResult:
     passed: bool
     feedback: str = ""
     diagnosis: str = ""
+    withheld: bool = False  # it passed, but its points wait for the function's value tests
 
 
 @dataclass
@@ -496,9 +515,9 @@ def _diagnose(exercise: Exercise, case: Case, actual: Sequence[Any], names: Sequ
     return ""
 
 
-PROPERTY_GATE = ("the property holds, but a property test earns its points only once the value tests of "
-                 "this function pass (otherwise outputs that are not an implementation, such as uniform "
-                 "weights, would score)")
+PROPERTY_GATE = ("this test passes, but it earns its points only once the value tests of this function pass: "
+                 "a property, or an answer that does not depend on the input values, can be met by outputs "
+                 "that are not an implementation (such as uniform weights)")
 
 
 def runtime_violations(outcomes: Sequence[Sequence[Outcome]]) -> list[str]:
@@ -521,9 +540,9 @@ def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequ
           seed: int | None = None) -> Report:
     """Score ``outcomes`` (from :func:`run_calls` or a sandbox) against the reference.
 
-    A forbidden torch call seen at run time scores 0. Property and invariance cases (those
-    with their own judge) earn their points only when every value case (compared with the
-    reference) passes.
+    A forbidden torch call seen at run time scores 0. Property and invariance cases, and value
+    cases whose answer does not depend on the input values, earn their points only when every
+    other value case passes (:meth:`Exercise.gated`).
     """
     seen = runtime_violations(outcomes)
     if seen:
@@ -553,11 +572,11 @@ def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequ
         except Exception:  # noqa: BLE001 - a diagnosis is a hint; its failure must not lose the grade
             diagnosis = ""
         results.append(TestResult(case.name, case.checks, 0.0, case.points, False, feedback, diagnosis))
-    values_pass = all(r.passed for r, case in zip(results, cases) if case.judge is None)
-    if not values_pass:
-        for r, case in zip(results, cases):
-            if case.judge is not None and r.passed:
-                r.points, r.passed, r.feedback = 0.0, False, PROPERTY_GATE
+    gated = exercise.gated()
+    if not all(r.passed for i, r in enumerate(results) if i not in gated):
+        for i, r in enumerate(results):
+            if i in gated and r.passed:
+                r.points, r.passed, r.feedback, r.withheld = 0.0, False, PROPERTY_GATE, True
     if all_not_implemented:
         for r in results:
             r.feedback = "not implemented yet"

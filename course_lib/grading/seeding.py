@@ -9,7 +9,9 @@ public. When grading with ``course-lib grade --seed S`` every input is drawn fro
   magnitude 1e4, a row of -inf) keep their structure and character: every floating-point
   tensor of a case is multiplied by one positive factor drawn from ``S`` (zeros, signs, ties,
   infinities, orderings, masks and every linear relation between the inputs survive), except
-  tensors of only 0, 1 and -1 (identities, all-ones gains), which are structure, not values.
+  tensors of only 0, 1 and -1 (identities, all-ones gains) and the arguments an exercise names
+  as structure (``Exercise.structure_args``: positions, such as a window's centre), which keep
+  their meaning.
 
 A fresh case is kept only if the reference still passes it and every classic mistake that
 fails the self-check's version of the case still fails it (so the feedback can still name
@@ -29,7 +31,7 @@ import torch
 if TYPE_CHECKING:
     from .core import Call, Case, Exercise
 
-__all__ = ["current_seed", "mixed_seed", "fresh_cases", "FreshCases"]
+__all__ = ["current_seed", "mixed_seed", "fresh_cases", "FreshCases", "input_independent"]
 
 _SEED: contextvars.ContextVar[int | None] = contextvars.ContextVar("course_lib_case_seed", default=None)
 _FACTORS = 3
@@ -73,12 +75,14 @@ def _scale_value(v: Any, factor: float, memo: dict[int, Any]) -> Any:
     return v
 
 
-def _scaled(case: "Case", factor: float) -> "Case":
+def _scaled(case: "Case", factor: float, keep: tuple[int | str, ...] = ()) -> "Case":
+    """The case with its value tensors times ``factor``; arguments in ``keep`` stay as they are."""
     from .core import Call
 
     memo: dict[int, Any] = {}
-    calls = [Call(tuple(_scale_value(a, factor, memo) for a in c.args),
-                  {k: _scale_value(v, factor, memo) for k, v in c.kwargs.items()}) for c in case.calls]
+    calls = [Call(tuple(a if i in keep else _scale_value(a, factor, memo) for i, a in enumerate(c.args)),
+                  {k: v if k in keep else _scale_value(v, factor, memo) for k, v in c.kwargs.items()})
+             for c in case.calls]
     return replace(case, calls=calls)
 
 
@@ -132,9 +136,13 @@ def fresh_cases(exercise: "Exercise", seed: int) -> FreshCases:
     out: list["Case"] = []
     fallbacks = 0
     for i, (base, new) in enumerate(zip(plain, drawn)):
-        base_expected = exercise.expected()[i]
-        failing = [m for m in exercise.mistakes if _fails(exercise, base, m.implementation, base_expected)]
-        candidates = [_scaled(new, _factor(seed, exercise.name, i, k)) for k in range(_FACTORS)] + [new]
+        if i not in exercise._failing:  # the mistakes this case catches (the same for every seed)
+            base_expected = exercise.expected()[i]
+            exercise._failing[i] = [m for m in exercise.mistakes
+                                    if _fails(exercise, base, m.implementation, base_expected)]
+        failing = exercise._failing[i]
+        keep = exercise.structure_args
+        candidates = [_scaled(new, _factor(seed, exercise.name, i, k), keep) for k in range(_FACTORS)] + [new]
         chosen = None
         for cand in candidates:
             ref = _reference_outputs(exercise, cand)
@@ -151,3 +159,29 @@ def fresh_cases(exercise: "Exercise", seed: int) -> FreshCases:
 
 def calls_of(cases: list["Case"]) -> list["Call"]:
     return [c for case in cases for c in case.calls]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (
+            a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def input_independent(exercise: "Exercise") -> set[int]:
+    """The value cases whose expected output does not depend on the input values (a softmax over
+    a dimension of size 1 is 1 whatever the scores): redrawn and rescaled inputs give the very
+    same reference output. Such a case can be passed by outputs that are not an implementation."""
+    plain = exercise.cases()
+    drawn = _build(exercise, 1)
+    out: set[int] = set()
+    for i, (case, new) in enumerate(zip(plain, drawn)):
+        if case.judge is not None:
+            continue
+        ref = _reference_outputs(exercise, _scaled(new, 1.37, exercise.structure_args))
+        if ref is not None and _same(tuple(ref), tuple(exercise.expected()[i])):
+            out.add(i)
+    return out
+

@@ -23,7 +23,7 @@ def valid_utf8(s: Any) -> str:
     """``s`` as a string that encodes to UTF-8 (lone surrogates and the like become U+FFFD)."""
     if not isinstance(s, str):
         s = "" if s is None else str(s)
-    return s.encode("utf-8", "replace").decode("utf-8")
+    return s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def clean_record(value: Any) -> Any:

@@ -679,5 +679,5 @@ EXERCISES = [
     Exercise(name="attention_pool", reference=attention_pool, make_cases=_pool_cases, mistakes=_POOL_MISTAKES,
              forbidden=_NO_SDPA, output_names=("context", "weights")),
     Exercise(name="local_attention_weights", reference=local_attention_weights, make_cases=_local_cases,
-             mistakes=_LOCAL_MISTAKES, forbidden=_NO_SDPA),
+             mistakes=_LOCAL_MISTAKES, forbidden=_NO_SDPA, structure_args=(1, "center")),
 ]
