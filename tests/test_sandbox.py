@@ -642,3 +642,77 @@ def test_the_worker_is_a_standalone_script():
     modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert modules - set(sys.stdlib_module_names) <= {"numpy", "torch", "matplotlib"}
+
+
+PLANT = """
+import ctypes, os, errno
+SECRET = 'canary-' + %r
+kept = [SECRET * 50, SECRET.encode() * 50]
+written = 0
+for folder in ('.', os.environ.get('HOME', '.'), '/dev/shm', '/tmp', '/sandbox/tmp'):
+    try:
+        with open(os.path.join(folder, 'canary.txt'), 'w') as f:
+            f.write(SECRET)
+        written += 1
+    except OSError:
+        pass
+libc = ctypes.CDLL(None, use_errno=True)
+key = libc.syscall(248 if os.uname().machine == 'x86_64' else 217, b'user', SECRET.encode(), b'x', 1, -3)  # add_key
+key_errno = ctypes.get_errno()
+
+def planted():
+    return (written, int(key), int(key_errno))
+"""
+
+SCAN = """
+import ctypes, os, re, torch
+MINE = 'mine-' + '%s'
+found, own, regions = set(), 0, 0
+for line in open('/proc/self/maps'):
+    parts = line.split()
+    start, end = (int(x, 16) for x in parts[0].split('-'))
+    path = parts[5] if len(parts) > 5 else ''
+    if 'r' not in parts[1] or (path and path not in ('[heap]', '[stack]') and not path.startswith('[anon')):
+        continue  # anonymous memory only: where another job's cells, strings and arrays would be
+    regions += 1
+    step = 1 << 24
+    for lo in range(start, end, step):
+        chunk = ctypes.string_at(lo, min(step + 64, end - lo))
+        found.update(m.group(1) for m in re.finditer(rb'canary-([0-9a-f]{32})', chunk))
+        own += chunk.count(('mine-' + '%s').encode())
+keys = open('/proc/keys').read() if os.path.exists('/proc/keys') else ''
+files = 0
+for folder in ('.', os.environ.get('HOME', '.'), '/dev/shm', '/tmp', '/sandbox/tmp'):
+    try:
+        files += sum('canary' in name for name in os.listdir(folder))
+    except OSError:
+        pass
+
+def scanned():
+    blob = b''.join(sorted(found)) or b'-'
+    return (torch.tensor(list(blob), dtype=torch.uint8), own, regions, int('canary' in keys), files)
+"""
+
+
+def test_nothing_of_one_submission_reaches_the_next_in_memory_keyrings_or_files(runner):
+    """A canary planted by one job is looked for in the next job's own memory (every anonymous
+    region: where the warm worker's copy of a previous job would be), its keyrings and its files.
+    A marker of the scanning job itself is found (so the scan works); the canary never is."""
+    secret, mine = uuid.uuid4().hex, uuid.uuid4().hex
+    # the canary also sits in many small cells, as a student's solution lines would
+    cells = [PLANT % secret] + [f"# solution line {i}: canary-{secret}\nx{i} = {i}" for i in range(200)]
+    res = run(runner, cells, {"planted": [Call()]})
+    written, key, key_errno = res.outcomes["planted"][0].value
+    assert written >= 1  # the job could write its scratch folder
+    assert key == -1 and key_errno == 1  # add_key: EPERM from the seccomp filter; no key can outlive the job
+    limits = runner.limits
+    runner.limits = dataclasses.replace(LIMITS, cell_seconds=60.0, submission_seconds=90.0, memory_mb=512)
+    try:
+        res = run(runner, [SCAN % (mine, mine)], {"scanned": [Call()]})
+    finally:
+        runner.limits = limits
+    assert res.status == "ok" and res.cell_errors == [], res
+    blob, own, regions, key_seen, files = res.outcomes["scanned"][0].value
+    assert regions > 0 and own >= 1  # the scan reads memory and finds what is there
+    found = bytes(blob.tolist()).decode()
+    assert secret not in found and key_seen == 0 and files == 0
