@@ -438,6 +438,9 @@ def test_a_record_of_the_graders_own_failure_is_regraded_on_the_next_run(tmp_pat
     monkeypatch.setattr(batch, "grade_submission", broken)
     first = grade_all(tmp_path / "subs", db, progress=False, limits=LIMITS)
     assert first.failed == 1 and first.statuses["error"] == 1 and "the judge broke" in first.failures[0]
+    from course_lib.cli import main
+
+    assert main(["grade", str(tmp_path / "subs"), "--db", str(db), "--quiet"]) == 1  # the exit status says so
     monkeypatch.undo()
     second = grade_all(tmp_path / "subs", db, progress=False, limits=LIMITS)
     assert (second.graded, second.skipped, second.failed) == (1, 0, 0)

@@ -173,3 +173,97 @@ def imports_inside_the_body(x, dim=-1):
 def test_an_import_inside_the_function_body_is_resolved_too():
     assert "reference implementation" in violations_in_function(imports_inside_the_body, RULES)[0]
     assert "reference implementation" in violations_in_source(open(__file__).read(), "imports_inside_the_body", RULES)[0]
+
+
+# -- the ways of hiding a forbidden call, seen by check() in a notebook ------------
+
+_sm = torch.softmax
+_TABLE: dict = {}
+
+
+def _normalise(x, dim):
+    return F.softmax(x, dim=dim)
+
+
+def hidden_by_alias(x, dim=-1):
+    return _sm(x, dim)
+
+
+def hidden_in_a_helper(x, dim=-1):
+    return _normalise(x, dim)
+
+
+hidden_in_a_lambda = lambda x, dim=-1: torch.softmax(x, dim)  # noqa: E731
+
+
+def hidden_by_a_built_name(x, dim=-1):
+    return getattr(torch, "soft" + "max")(x, dim)
+
+
+class _Normaliser:
+    def __call__(self, x, dim):
+        return x.softmax(dim)
+
+
+_normaliser = _Normaliser()
+
+
+def hidden_in_an_object(x, dim=-1):
+    return _normaliser(x, dim)
+
+
+def _fill_table():
+    _TABLE["f"] = torch.softmax
+
+
+def hidden_in_a_table_filled_at_run_time(x, dim=-1):
+    if not _TABLE:
+        _fill_table()
+    return _TABLE["f"](x, dim)
+
+
+def through_torch_ops(x, dim=-1):
+    return torch.ops.aten._softmax(x, dim, False)
+
+
+@pytest.mark.parametrize("fn, phrase", [
+    (hidden_by_alias, "torch.softmax"), (hidden_in_a_helper, "torch.nn.functional.softmax"),
+    (hidden_in_a_lambda, "torch.softmax"), (hidden_by_a_built_name, "getattr() with a computed name"),
+    (hidden_in_an_object, ".softmax()"), (hidden_in_a_table_filled_at_run_time, "torch.softmax"),
+    (through_torch_ops, "torch.ops"),
+], ids=lambda v: getattr(v, "__name__", None) if callable(v) else None)
+def test_check_finds_a_forbidden_call_however_it_is_hidden(fn, phrase):
+    report = check(fn, name="softmax")
+    assert report.status == "forbidden" and report.score == 0
+    assert any(phrase in n for n in report.notes), report.notes
+
+
+def test_the_runtime_layer_sees_an_operator_reached_past_torch_functions():
+    from course_lib.grading.opwatch import OpWatch
+
+    watch = OpWatch(functions=["torch.softmax"], ops=["aten::_softmax"])
+    with watch:
+        with torch._C.DisableTorchFunction():  # hides the call from the function layer
+            torch.softmax(torch.zeros(2, 3), -1)
+    assert watch.seen == ["the operator aten::_softmax"]
+
+
+def test_static_scan_reads_every_cell_on_its_own_and_fails_closed():
+    from course_lib.grading.forbidden import NotebookScan
+
+    scan = NotebookScan(["import torch", "def broken(:\n    pass", "x = '\ud800'",
+                         "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"])
+    assert [p.split(":")[0] for p in scan.problems] == ["cell 2", "cell 3"]
+    assert scan.runnable_sources()[1:3] == ["", ""]  # what cannot be read is not run either
+    assert scan.violations("softmax", RULES)
+
+
+def test_introspection_anywhere_in_a_notebook_is_held_for_review():
+    from course_lib.grading.forbidden import NotebookScan
+
+    for code in ("import ctypes\nctypes.string_at(0, 1)", "import sys\nf = sys._getframe()",
+                 "import gc\nobjs = gc.get_objects()", "def f():\n    pass\nf.__globals__",
+                 "import torch\ntorch._C._set_grad_enabled", "exec('1')", "__import__('ctypes')"):
+        assert NotebookScan(["import torch", code]).review_flags(), code
+    honest = NotebookScan(["import gc, torch\ngc.collect()", "def softmax(x, dim=-1):\n    return x.exp()"])
+    assert honest.review_flags() == []
