@@ -129,7 +129,9 @@ def multi_head_attention(
         W_o: output projection applied to the concatenated heads.
         num_heads: H; must divide E.
         mask: boolean, ``True`` = may attend. A key-padding mask (N, S) goes in as
-            ``mask[:, None, None, :]``; a causal mask (L, S) as is.
+            ``mask[:, None, None, :]``; a causal mask (L, S) as is. A query whose keys are
+            all masked gets zero weights in every head and the output ``b_o`` (zero
+            without biases).
         b_q, b_k, b_v, b_o: optional biases (keyword only; the graded form has none).
         dropout_p: dropout on the attention weights (training only).
 
@@ -166,12 +168,18 @@ def multi_head_attention_sum_form(
 ) -> torch.Tensor:
     r"""Multi-head attention as a sum over heads (Zhu et al., 2020, Deformable DETR, eq. 1).
 
-    .. math::
-        \mathrm{MHA}(z_q, x) = \sum_{h=1}^{H} W_o^{(h)} \Big[\sum_k A_{hqk}\, W_v^{(h)} x_k\Big],
+    In the book's row-vector notation (queries from ``query`` = X, keys and values from
+    ``key``/``value`` = the memory Z), the output for query l is
 
-    where :math:`W_o^{(h)}` = rows :math:`hD \ldots (h+1)D - 1` of ``W_o`` (the rows that
-    multiply head h's slice of the concatenation). Concatenating and then multiplying by
-    ``W_o`` is a block matrix product, so this sum equals :func:`multi_head_attention`.
+    .. math::
+        \mathrm{MHA}(X, Z)_l = \sum_{h=0}^{H-1} \Big[\sum_s A_{hls}\, z_s W_v^{(h)}\Big] W_o^{(h)},
+
+    where :math:`W_v^{(h)}` = columns and :math:`W_o^{(h)}` = rows :math:`hD \ldots (h+1)D - 1`
+    of ``W_v`` and ``W_o`` (the rows that multiply head h's slice of the concatenation).
+    Concatenating and then multiplying by ``W_o`` is a block matrix product, so this sum
+    equals :func:`multi_head_attention`. (The paper writes column vectors, with its
+    :math:`z_q` for a query's input and :math:`x_k` for a key's: the letters are swapped
+    with the book's X and Z, and its :math:`W'_m, W_m` are our blocks transposed.)
 
     Args:
         query, key, value: inputs, as in :func:`multi_head_attention`.
@@ -203,7 +211,8 @@ class MultiHeadAttention(nn.Module):
 
     Batch-first, boolean masks with ``True`` = may attend (the opposite of
     :class:`torch.nn.MultiheadAttention`'s ``key_padding_mask`` and boolean ``attn_mask``,
-    where ``True`` means *blocked*).
+    where ``True`` means *blocked*: pass ``~mask`` there). A fully masked query gets zero
+    weights and the output ``b_o``, the output projection's bias, not zero.
 
     Args:
         embed_dim: E.
