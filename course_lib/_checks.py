@@ -17,6 +17,19 @@ import torch
 __all__ = ["check_shapes", "check_mask", "check_positive_int"]
 
 
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast of two shapes (as ``torch.broadcast_shapes``, which imports sympy on first
+    use: half a second in every fresh process); RuntimeError if they do not broadcast."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and 1 not in (x, y):
+            raise RuntimeError(f"shapes {a} and {b} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out[::-1])
+
 def _fmt(spec: list[str], dims: dict[str, int]) -> str:
     """Render a shape spec with the sizes bound so far, e.g. ``(N=2, S, D=4)``."""
     parts = []
@@ -78,7 +91,7 @@ def check_shapes(fn: str, floating: bool = True, **specs) -> dict[str, int]:
             batch, sizes = sizes[: x.dim() - len(core)], sizes[x.dim() - len(core) :]
             if "..." in dims:
                 try:
-                    dims["..."] = tuple(torch.broadcast_shapes(dims["..."], tuple(batch)))
+                    dims["..."] = _broadcast(dims["..."], tuple(batch))
                 except RuntimeError:
                     raise ValueError(
                         f"{fn}: argument '{name}' has batch dims {tuple(batch)} that do not "
@@ -127,7 +140,7 @@ def check_mask(fn: str, mask, target: tuple[int, ...], target_spec: str, name: s
             f"got dtype {mask.dtype}; for a 0/1 or additive float mask use mask.bool() or mask == 0"
         )
     try:
-        ok = torch.broadcast_shapes(mask.shape, target) == tuple(target)
+        ok = _broadcast(tuple(mask.shape), tuple(target)) == tuple(target)
     except RuntimeError:
         ok = False
     if not ok:
