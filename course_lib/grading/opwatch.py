@@ -57,6 +57,12 @@ class _Operators(TorchDispatchMode):
         super().__init__()
         self.watch = watch
 
+    @classmethod
+    def _should_skip_dynamo(cls):
+        # torch would wrap __torch_dispatch__ in torch._disable_dynamo, whose first call imports
+        # all of torch._dynamo (800 modules, seconds); nothing here is compiled
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         try:
             name = func._schema.name
