@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import ast
 import builtins
-import importlib
 import inspect
 import textwrap
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from .opwatch import resolve
 
 __all__ = [
     "ParsedCell",
@@ -420,22 +421,6 @@ def _object_path(obj: Any) -> str | None:
     return None
 
 
-def _resolve_rule(rule: str) -> Any:
-    parts = rule.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        try:
-            for p in parts[i:]:
-                obj = getattr(obj, p)
-        except AttributeError:
-            return None
-        return obj
-    return None
-
-
 def _source_tree(obj: Any) -> ast.AST | None:
     """The definition of a live function or class, parsed from its source (None if unknown)."""
     try:
@@ -470,7 +455,7 @@ class _Rules:
                 {x.split(":", 1)[1] for x in rules if x.startswith("method:")})
         if live:
             for rule in r.exact:
-                obj = _resolve_rule(rule)
+                obj = resolve(rule)
                 if obj is not None:
                     r.objects[id(obj)] = rule
         return r
@@ -503,6 +488,27 @@ def _attr_note(ref: Ref) -> str | None:
         if part in DYNAMIC_ATTRS:
             return _dynamic_note(f"the attribute {part}")
     return None
+
+
+def _local_ref(ref: Ref, imports: dict[str, str], local: set[str], r: _Rules, note: Callable[[str | None], None],
+               trusted: bool = False) -> bool:
+    """The checks every environment shares: dynamic constructs, attributes that reach into
+    functions and frames, imports made inside the function, names local to it. True when the
+    reference needs nothing more (no module-level name to resolve)."""
+    if ref.dynamic:
+        note(_dynamic_note(ref.dynamic))
+        return True
+    note(_attr_note(ref))
+    head = ref.chain[0]
+    if head in imports:
+        path = ".".join([imports[head], *ref.chain[1:]])
+        note(_check_path(path, ref.written, r, trusted))
+        note(_method_note(ref, r, path))
+        return True
+    if head in local or head == "<expr>":
+        note(_method_note(ref, r, None))
+        return True
+    return False
 
 
 def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
@@ -543,19 +549,9 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
         while todo:
             node, local, imports = todo.pop()
             for ref in _refs(node):
-                if ref.dynamic:
-                    note(_dynamic_note(ref.dynamic))
+                if _local_ref(ref, imports, local, r, note):
                     continue
-                note(_attr_note(ref))
                 head = ref.chain[0]
-                if head in imports:
-                    path = ".".join([imports[head], *ref.chain[1:]])
-                    note(_check_path(path, ref.written, r))
-                    note(_method_note(ref, r, path))
-                    continue
-                if head in local or head == "<expr>":
-                    note(_method_note(ref, r, None))
-                    continue
                 if head in DYNAMIC_BUILTINS and head not in env.bindings and head not in env.imports:
                     note(_dynamic_note(f"{head}()"))
                     continue
@@ -702,17 +698,10 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
             local = _stored_names(tree) - ({tree.name} if hasattr(tree, "name") else set())
             imports = _local_imports(tree)
             for ref in _refs(tree):
-                if ref.dynamic:
-                    note(_dynamic_note(ref.dynamic))
+                if _local_ref(ref, imports, local, r, note, trusted):
                     continue
-                note(_attr_note(ref))
                 head = ref.chain[0]
-                if head in imports:
-                    path = ".".join([imports[head], *ref.chain[1:]])
-                    note(_check_path(path, ref.written, r, trusted))
-                    note(_method_note(ref, r, path))
-                    continue
-                if head in local or head == "<expr>" or head not in env:
+                if head not in env:
                     note(_method_note(ref, r, None))
                     continue
                 if head in DYNAMIC_BUILTINS and env[head] is getattr(builtins, head, None):

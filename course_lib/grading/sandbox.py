@@ -574,60 +574,45 @@ class _Conversation:
         return False
 
     # ---------------------------------------------------------------- phases
+    def _wait(self, accept) -> dict:
+        """Frames until one that ``accept`` takes, or the supervisor's end frame (returned).
+        Events are handled on the way; anything else is a violation."""
+        while True:
+            g = self._next()
+            if g["t"] == "end" or accept(g):
+                return g
+            if not self._event(g):
+                self._violation(f"an unexpected {str(g.get('t'))[:30]!r} frame "
+                                + ("after the calls" if self.bye else "while waiting for the harness"))
+
     def run(self) -> dict:
         """Talk the job through; returns the supervisor's end frame."""
-        while not self.cells_done:
-            g = self._next()
-            if g["t"] == "end":
-                return g["end"]
-            if g.get("t") == "cells_done":
-                self.cells_done = True
-                self.missing = [n for n in g.get("missing", []) if n in self.outcomes][:100]
-                own = g.get("not_own", {})
-                if isinstance(own, dict):
-                    self.not_own = {n: _text(v, 200) for n, v in own.items() if n in self.outcomes}
-            elif not self._event(g):
-                self._violation(f"an unexpected {str(g.get('t'))[:30]!r} frame before the calls")
-        if self.aborted:
-            return self._until_end()
+        g = self._wait(lambda g: g.get("t") == "cells_done")
+        if g["t"] == "end":
+            return g["end"]
+        self.cells_done = True
+        self.missing = [n for n in g.get("missing", []) if n in self.outcomes][:100]
+        own = g.get("not_own", {})
+        if isinstance(own, dict):
+            self.not_own = {n: _text(v, 200) for n, v in own.items() if n in self.outcomes}
         k = 0
         for name, calls in self.job.calls.items():
             if name in self.missing or name in self.not_own:
                 continue
             for i, call in enumerate(calls):
-                header, blobs = _encode_call(k, name, call)
-                if not self.runner._send(header, blobs, self.deadline):
-                    return self._until_end()
-                while True:
-                    g = self._next()
-                    if g["t"] == "end":
-                        return g["end"]
-                    if self._event(g):
-                        continue
-                    if g.get("t") == "reply" and g.get("id") == k:
-                        self.outcomes[name][i] = self._outcome(g)
-                        break
-                    self._violation(f"an unexpected {str(g.get('t'))[:30]!r} frame while waiting for a reply")
-                    return self._until_end()
+                if self.aborted or not self.runner._send(*_encode_call(k, name, call), self.deadline):
+                    return self._wait(lambda g: False)["end"]
+                g = self._wait(lambda g: g.get("t") == "reply" and g.get("id") == k)
+                if g["t"] == "end":
+                    return g["end"]
+                self.outcomes[name][i] = self._outcome(g)
                 k += 1
-        if not self.runner._send({"t": "finish"}, (), self.deadline):
-            return self._until_end()
-        while True:
-            g = self._next()
+        if not self.aborted and self.runner._send({"t": "finish"}, (), self.deadline):
+            g = self._wait(lambda g: g.get("t") == "bye")
             if g["t"] == "end":
                 return g["end"]
-            if self._event(g):
-                continue
-            if g.get("t") == "bye" and not self.bye:
-                self.bye = True
-                continue
-            self._violation(f"an unexpected {str(g.get('t'))[:30]!r} frame after the calls")
-
-    def _until_end(self) -> dict:
-        while True:
-            g = self._next()
-            if g["t"] == "end":
-                return g["end"]
+            self.bye = True
+        return self._wait(lambda g: False)["end"]
 
     def _outcome(self, g: dict) -> Outcome:
         seen = [_text(s, 120) for s in g.get("seen", [])][:20] if isinstance(g.get("seen"), list) else []
