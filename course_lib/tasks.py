@@ -111,13 +111,11 @@ class Task:
         srcs = [self.src_vocab.encode(s) + [EOS] for s, _ in examples]
         tgts = [self.tgt_vocab.encode(t) for _, t in examples]
         S, T = max(map(len, srcs)), max(map(len, tgts)) + 1
-        src = torch.full((len(examples), S), PAD, dtype=torch.long)
-        tgt_in = torch.full((len(examples), T), PAD, dtype=torch.long)
-        tgt_out = torch.full((len(examples), T), PAD, dtype=torch.long)
-        for i, (s, t) in enumerate(zip(srcs, tgts)):
-            src[i, : len(s)] = torch.tensor(s)
-            tgt_in[i, : len(t) + 1] = torch.tensor([BOS, *t])
-            tgt_out[i, : len(t) + 1] = torch.tensor([*t, EOS])
+        # Padded lists first, then one tensor each: a tensor per row costs more than the model
+        # step itself for small batches.
+        src = torch.tensor([s + [PAD] * (S - len(s)) for s in srcs], dtype=torch.long)
+        tgt_in = torch.tensor([[BOS, *t] + [PAD] * (T - 1 - len(t)) for t in tgts], dtype=torch.long)
+        tgt_out = torch.tensor([[*t, EOS] + [PAD] * (T - 1 - len(t)) for t in tgts], dtype=torch.long)
         return src, tgt_in, tgt_out
 
     def config(self) -> dict:

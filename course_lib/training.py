@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -19,8 +20,8 @@ from .losses import label_smoothing_loss
 from .models import MODELS, build_model
 from .tasks import PAD, Task, get_task
 
-__all__ = ["TrainConfig", "default_config", "train", "evaluate", "save_checkpoint", "load_checkpoint",
-           "cache_key"]
+__all__ = ["TrainConfig", "default_config", "train", "evaluate", "benchmark", "save_checkpoint",
+           "load_checkpoint", "cache_key"]
 
 
 @dataclasses.dataclass
@@ -40,14 +41,19 @@ class TrainConfig:
     task_kwargs: dict = dataclasses.field(default_factory=dict)
 
 
-# Settings that reach the README's accuracy targets on the 2-core machine.
+# The recipes: each reaches >= 99.5% exact on fresh test sequences in <= 10 s of training on
+# the 2-core machine (transformer on reverse, Bahdanau on dates; `make bench` prints the numbers).
+# A high peak learning rate with a short warm-up and a cosine decay to zero; batches of 64
+# (a step costs about 60% of one of 128 and learns almost as much); and a transformer with one
+# encoder and one decoder layer: the alignment "output t copies source position S - 1 - t"
+# needs one cross-attention, and a second layer costs more time than it saves steps.
 _DEFAULTS = {
-    "transformer": dict(steps=800, batch_size=128, lr=3e-3, warmup=150,
-                        model_kwargs=dict(d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
+    "transformer": dict(steps=280, batch_size=64, lr=1.5e-2, warmup=30,
+                        model_kwargs=dict(d_model=64, nhead=4, num_encoder_layers=1, num_decoder_layers=1,
                                           dim_feedforward=128, dropout=0.0, max_len=64)),
-    "bahdanau": dict(steps=600, batch_size=128, lr=3e-3, warmup=100,
+    "bahdanau": dict(steps=120, batch_size=64, lr=2e-2, warmup=20,
                      model_kwargs=dict(embed_dim=32, hidden_dim=64)),
-    "luong": dict(steps=800, batch_size=128, lr=3e-3, warmup=100,
+    "luong": dict(steps=400, batch_size=128, lr=5e-3, warmup=50,
                   model_kwargs=dict(embed_dim=32, hidden_dim=64)),
 }
 
@@ -57,7 +63,8 @@ def default_config(task: str, model: str, seed: int = 0, **overrides) -> TrainCo
     get_task(task)  # fail early on an unknown task
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
-    return TrainConfig(task=task, model=model, seed=seed, **{**_DEFAULTS[model], **overrides})
+    settings = copy.deepcopy({**_DEFAULTS[model], **overrides})  # no dict shared with _DEFAULTS
+    return TrainConfig(task=task, model=model, seed=seed, **settings)
 
 
 def _lr_factor(step: int, warmup: int, total: int) -> float:
@@ -144,10 +151,12 @@ def _train(config: TrainConfig, out, progress: bool):
     torch.manual_seed(config.seed)
     task = get_task(config.task, **config.task_kwargs)
     model = build_model(config.model, len(task.src_vocab), len(task.tgt_vocab), **config.model_kwargs)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9)
+    # fused: one kernel for every parameter's update (the same Adam, about 10% less time per
+    # step for these small models, where the optimiser step is a fifth of the time).
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config.warmup, config.steps))
     stream = task.stream("train", config.seed)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     bar = tqdm(range(config.steps), desc=f"{config.model} on {config.task}", disable=not progress,
                mininterval=0.5)
     model.train()
@@ -167,9 +176,10 @@ def _train(config: TrainConfig, out, progress: bool):
             real = tgt_out != PAD
             acc = (logits.argmax(-1) == tgt_out)[real].float().mean().item()
             bar.set_postfix(loss=f"{loss.item():.3f}", token_acc=f"{acc:.3f}")
-    train_seconds = time.perf_counter() - start
+    train_seconds, train_cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     model.eval()
-    metrics = {"train_seconds": train_seconds, "final_loss": loss.item(),
+    metrics = {"train_seconds": train_seconds, "train_cpu_seconds": train_cpu_seconds,
+               "threads": torch.get_num_threads(), "final_loss": loss.item(),
                "test_exact_accuracy": evaluate(model, task, n=1000, seed=config.seed)}
     if out is not None:
         save_checkpoint(out, model, task, config, metrics)
@@ -188,6 +198,54 @@ def evaluate(model, task: Task, n: int = 1000, seed: int = 0, split: str = "test
         tokens = greedy_decode(model, src, max_len=task.max_tgt_len + 1)
         correct += sum(task.tgt_vocab.decode(row) == tgt for row, (_, tgt) in zip(tokens.tolist(), chunk))
     return correct / n
+
+
+def benchmark(task: str = "reverse", model: str = "transformer", seed: int = 0, fresh_seed: int = 1,
+              n: int = 1000, threads: int | None = None, **overrides) -> dict:
+    """Train the default recipe once and measure it: the numbers ``make bench`` prints.
+
+    Trains ``default_config(task, model, seed, **overrides)`` from scratch (no cache) and
+    evaluates greedy decoding on two sets of ``n`` test-split sequences: those of the
+    training seed (``metrics["test_exact_accuracy"]``) and fresh ones drawn with
+    ``fresh_seed``. Wall-clock time depends on what else the machine is doing, so the
+    process time and the load average are returned too.
+
+    Args:
+        task, model, seed: as :func:`default_config`.
+        fresh_seed: the seed of the fresh test sequences (any seed but ``seed``).
+        n: number of test sequences in each evaluation.
+        threads: torch threads for training (default: every core).
+        overrides: changes to the default recipe, e.g. ``steps=100``.
+
+    Returns:
+        A dict with ``task``, ``model``, ``steps``, ``batch_size``, ``threads``,
+        ``train_seconds`` (wall clock), ``train_cpu_seconds`` (process time, all threads),
+        ``test_exact_accuracy``, ``fresh_exact_accuracy``, ``final_loss`` and
+        ``load_average`` (the 1-minute load average before and after training).
+
+    Example:
+        In a notebook or a Python shell (about ten seconds on two cores)::
+
+            from course_lib.training import benchmark
+            r = benchmark("reverse", "transformer")
+            print(f"{r['steps']} steps in {r['train_seconds']:.1f} s on {r['threads']} threads: "
+                  f"{r['fresh_exact_accuracy']:.1%} exact on 1,000 fresh sequences")
+    """
+    if fresh_seed == seed:
+        raise ValueError(f"benchmark: fresh_seed must differ from seed ({seed})")
+    config = default_config(task, model, seed=seed, **overrides)
+    load_before = os.getloadavg()[0]
+    trained, task_obj, metrics = train(config, progress=False, threads=threads)
+    load_after = os.getloadavg()[0]
+    return {
+        "task": task, "model": model, "steps": config.steps, "batch_size": config.batch_size,
+        "threads": metrics["threads"], "train_seconds": metrics["train_seconds"],
+        "train_cpu_seconds": metrics["train_cpu_seconds"],
+        "test_exact_accuracy": metrics["test_exact_accuracy"] if n == 1000 else
+        evaluate(trained, task_obj, n=n, seed=seed),
+        "fresh_exact_accuracy": evaluate(trained, task_obj, n=n, seed=fresh_seed),
+        "final_loss": metrics["final_loss"], "load_average": (load_before, load_after),
+    }
 
 
 def save_checkpoint(path, model, task: Task, config: TrainConfig, metrics: dict) -> None:

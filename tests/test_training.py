@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from course_lib.decoding import greedy_decode
-from course_lib.training import _lr_factor, cache_key, default_config, evaluate, load_checkpoint, train
+from course_lib.training import (_DEFAULTS, _lr_factor, benchmark, cache_key, default_config, evaluate,
+                                 load_checkpoint, train)
 
 TINY = dict(steps=6, batch_size=16, warmup=2)
 
@@ -133,6 +134,25 @@ def test_learning_rate_warms_up_then_decays_to_zero():
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(factors[9:], factors[10:]))
     assert factors[-1] < 0.001
+
+
+def test_default_config_copies_the_defaults():
+    config = default_config("reverse", "transformer")
+    config.model_kwargs["d_model"] = 8
+    assert default_config("reverse", "transformer").model_kwargs == _DEFAULTS["transformer"]["model_kwargs"]
+    assert _DEFAULTS["transformer"]["model_kwargs"]["d_model"] != 8
+
+
+def test_benchmark_returns_the_numbers_make_bench_prints():
+    tiny_model = tiny().model_kwargs
+    result = benchmark("reverse", "transformer", n=30, threads=1, steps=4, batch_size=8, warmup=2,
+                       model_kwargs=tiny_model)
+    assert result["steps"] == 4 and result["threads"] == 1 and result["batch_size"] == 8
+    assert result["train_seconds"] > 0 and result["train_cpu_seconds"] > 0 and len(result["load_average"]) == 2
+    for key in ("test_exact_accuracy", "fresh_exact_accuracy"):
+        assert 0 <= result[key] <= 1 and result[key] * 30 == round(result[key] * 30)
+    with pytest.raises(ValueError, match="fresh_seed must differ"):
+        benchmark("reverse", "transformer", seed=1, fresh_seed=1)
 
 
 def test_unknown_model_or_task_is_a_clear_error():
