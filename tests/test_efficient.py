@@ -279,14 +279,8 @@ def test_sliding_window_mask_rejects_bad_arguments(kwargs, error, name):
 # ---------------------------------------------------------------------------------------
 
 
-def windowed_sdpa(q, k, v, window, causal=False, mask=None):
-    """The definition: sdpa with the sliding-window mask and-ed with ``mask``."""
-    band = sliding_window_mask(q.shape[-2], k.shape[-2], window=window, causal=causal)
-    return scaled_dot_product_attention(q, k, v, band if mask is None else band & mask)
-
-
-@settings(max_examples=80)
-@given(
+# Random sliding-window problems: batch dims, lengths, widths, window, causal, mask density.
+WINDOW_CASES = dict(
     seed=st.integers(0, 2**31 - 1),
     batch=st.lists(st.integers(1, 3), max_size=2),
     l=st.integers(1, 10),
@@ -297,10 +291,26 @@ def windowed_sdpa(q, k, v, window, causal=False, mask=None):
     causal=st.booleans(),
     density=st.sampled_from([None, 0.0, 0.5, 0.9]),
 )
-def test_sliding_window_attention_equals_sdpa_with_the_window_mask(seed, batch, l, s, d, dv, window, causal, density):
+
+
+def window_inputs(seed, batch, l, s, d, dv, density):
+    """q (*, l, d), k (*, s, d), v (*, s, dv) and a random mask of the given density (or None)."""
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(*batch, n, e, generator=g) for n, e in ((l, d), (s, d), (s, dv)))
     mask = None if density is None else torch.rand(*batch, l, s, generator=g) < density
+    return q, k, v, mask
+
+
+def windowed_sdpa(q, k, v, window, causal=False, mask=None):
+    """The definition: sdpa with the sliding-window mask and-ed with ``mask``."""
+    band = sliding_window_mask(q.shape[-2], k.shape[-2], window=window, causal=causal)
+    return scaled_dot_product_attention(q, k, v, band if mask is None else band & mask)
+
+
+@settings(max_examples=80)
+@given(**WINDOW_CASES)
+def test_sliding_window_attention_equals_sdpa_with_the_window_mask(seed, batch, l, s, d, dv, window, causal, density):
+    q, k, v, mask = window_inputs(seed, batch, l, s, d, dv, density)
     out, weights = sliding_window_attention(q, k, v, window, causal, mask)
     ref_out, ref_weights = windowed_sdpa(q, k, v, window, causal, mask)
     assert out.shape == ref_out.shape and weights.shape == ref_weights.shape
@@ -389,22 +399,10 @@ def test_sliding_window_never_multiplies_an_L_by_S_matrix():
 
 
 @settings(max_examples=60)
-@given(
-    seed=st.integers(0, 2**31 - 1),
-    batch=st.lists(st.integers(1, 3), max_size=2),
-    l=st.integers(1, 10),
-    s=st.integers(1, 10),
-    d=st.integers(1, 5),
-    dv=st.integers(1, 5),
-    window=st.integers(0, 12),
-    causal=st.booleans(),
-    density=st.sampled_from([None, 0.0, 0.5, 0.9]),
-)
+@given(**WINDOW_CASES)
 def test_sliding_window_without_weights_gives_the_same_output_and_none(seed, batch, l, s, d, dv, window, causal,
                                                                        density):
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(*batch, n, e, generator=g) for n, e in ((l, d), (s, d), (s, dv)))
-    mask = None if density is None else torch.rand(*batch, l, s, generator=g) < density
+    q, k, v, mask = window_inputs(seed, batch, l, s, d, dv, density)
     out, weights = sliding_window_attention(q, k, v, window, causal, mask, return_weights=False)
     assert weights is None
     torch.testing.assert_close(out, windowed_sdpa(q, k, v, window, causal, mask)[0])
