@@ -27,12 +27,15 @@ $(STAMP): pyproject.toml constraints.txt
 # Chapters are executed once and cached (_build/.jupyter_cache, keyed on each chapter's own
 # text). They also run code from course_lib's model modules and book/*.py, so a change there
 # empties the cache: every number and figure in the book comes from the code as it is now.
+# Chapters missing from the cache are executed two at a time first (book/_ext/execute_parallel.py);
+# the strict build then finds them all there.
 BOOK_CODE := $(sort $(wildcard course_lib/*.py book/*.py))
 
 book: $(STAMP)
 	@mkdir -p _build; hash=$$(cat $(BOOK_CODE) | sha256sum | cut -c1-16); \
 	  if [ "$$(cat _build/.book-code 2>/dev/null)" != "$$hash" ]; then \
 	    rm -rf _build/.jupyter_cache; echo "$$hash" > _build/.book-code; fi
+	$(BIN)/python book/_ext/execute_parallel.py --jobs 2
 	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
