@@ -64,10 +64,10 @@ test: $(STAMP) sysdeps book
 # accuracy targets and reproducibility, KV-cache decoding, tiled-attention memory, and
 # grading 200 submissions against an nbgrader-style baseline.
 bench: $(STAMP) sysdeps
-	$(BIN)/course-lib bench
-	$(BIN)/python -m course_lib.bench_models
-	$(BIN)/python -m course_lib.bench_memory
-	$(BIN)/python -m course_lib.bench_grading
+	$(BIN)/python benchmarks/attention_vs_torch.py
+	$(BIN)/python benchmarks/models.py
+	$(BIN)/python -m course_lib.memory
+	$(BIN)/python benchmarks/grading.py
 
 # Regenerate constraints.txt from the current environment (after changing dependencies).
 constraints: $(STAMP)

@@ -3,23 +3,27 @@
 - Every test starts from the same torch RNG state (``seed_torch``), so a failure
   reproduces exactly.
 - Hypothesis runs without a deadline (the first call into torch can be slow) and
-  without an on-disk example database, so the suite writes nothing outside ``tests/``.
-  Each property test sets its own modest ``max_examples``.
+  without an on-disk example database. Each property test sets its own modest
+  ``max_examples``.
+- Tests write into pytest's ``tmp_path``; the browser test of the book also keeps its
+  screenshots in ``artifacts/screenshots`` for a person to look at.
+- Shared helpers live here and are imported by name (``from conftest import ROOT``): the
+  folder of this file is on ``sys.path`` when pytest collects.
+
+Tests mirror the package: ``lib/`` the model modules, ``grading/`` the student-side checks,
+``autograder/`` the instructor's side and its sandbox, ``book/`` the built book.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-# Make ``import course_lib`` work however pytest is launched (``pytest`` or ``python -m pytest``).
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+#: The repository's root folder (``solutions/``, ``exercises/``, ``book/``, ``_build/``).
+ROOT = Path(__file__).resolve().parents[1]
 
 settings.register_profile(
     "course_lib",

@@ -3,7 +3,7 @@
 This file runs as a standalone script (``python -S -s -B -P _worker.py ...``), usually
 inside bubblewrap, and must never import ``course_lib``: only the standard library, numpy,
 torch and matplotlib (and ``opwatch.py`` from its own folder, which imports only torch).
-:mod:`course_lib.grading.sandbox` starts it and talks to it.
+:mod:`course_lib.autograder.sandbox` starts it and talks to it.
 
 Processes, for one submission::
 
@@ -1511,18 +1511,18 @@ def _probe(isolation):
 
 
 def main(argv):
-    args = {"--isolation": "none", "--site": [], "--root": None, "--probe": False}
+    args = {"--isolation": "none", "--site": [], "--root": None, "--probe": False, "--opwatch": None}
     it = iter(argv)
     for a in it:
         if a == "--site":
             args["--site"].append(next(it))
-        elif a in ("--isolation", "--root"):
+        elif a in ("--isolation", "--root", "--opwatch"):
             args[a] = next(it)
         elif a == "--probe":
             args["--probe"] = True
     isolation = args["--isolation"]
     script_dir = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(script_dir, "opwatch.py")) as f:  # read now: in namespaces mode the folder is hidden next
+    with open(args["--opwatch"]) as f:  # read now: in namespaces mode the folder is hidden next
         opwatch_source = f.read()
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != script_dir]
     for p in args["--site"]:

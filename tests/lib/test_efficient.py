@@ -1,8 +1,9 @@
 """Specification of course_lib.efficient: tiled_attention, sliding_window_mask and
-sliding_window_attention, and of the memory benchmark course_lib.bench_memory."""
+sliding_window_attention, and of the memory benchmark course_lib.memory."""
 
 from __future__ import annotations
 
+from conftest import ROOT
 import re
 import subprocess
 import sys
@@ -25,7 +26,6 @@ from course_lib import (
     tiled_attention,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def sdpa_output(q, k, v, mask=None):
@@ -482,7 +482,7 @@ def test_efficient_functions_are_exported_documented_and_not_graded(name):
 def test_bench_memory_runs_each_variant_in_a_subprocess_and_prints_the_table():
     """Not a timed test: the script must run and print positive numbers for every variant."""
     result = subprocess.run(
-        [sys.executable, "-m", "course_lib.bench_memory", "--size", "256"],
+        [sys.executable, "-m", "course_lib.memory", "--size", "256"],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr

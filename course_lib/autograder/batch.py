@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from .autograde import checker_version, failed, grade_submission, refused, sha256
 from .gradebook import Gradebook
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
-from .registry import ASSIGNMENTS, exercises_of
+from ..grading.registry import ASSIGNMENTS, exercises_of
 from .text import student_message
 
 __all__ = ["Submission", "discover", "grade_all", "read_submission", "student_id", "Summary"]

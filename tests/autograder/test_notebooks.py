@@ -6,6 +6,7 @@ without errors.)
 
 from __future__ import annotations
 
+from conftest import ROOT
 import json
 from pathlib import Path
 
@@ -13,12 +14,11 @@ import matplotlib
 import pytest
 
 from course_lib.grading import ASSIGNMENTS, check, exercise, judge, run_calls
-from course_lib.grading.assign import AssignError, assign, make_exercise
-from course_lib.grading.notebook import code_cells
+from course_lib.autograder.assign import AssignError, assign, make_exercise
+from course_lib.autograder.notebook import code_cells
 
 matplotlib.use("Agg")
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run_cells(path: Path) -> dict:

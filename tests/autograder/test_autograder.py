@@ -9,6 +9,7 @@ the security review's findings (grouped by its items 1-7); the notebooks are our
 
 from __future__ import annotations
 
+from conftest import ROOT
 import csv
 import json
 import os
@@ -24,17 +25,16 @@ import pytest
 import torch
 
 import course_lib
-from course_lib.grading.autograde import grade_submission
-from course_lib.grading.batch import grade_all
-from course_lib.grading.exports import export_csv, export_gradescope, file_stem, write_feedback
-from course_lib.grading.gradebook import Gradebook
+from course_lib.autograder.autograde import grade_submission
+from course_lib.autograder.batch import grade_all
+from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
+from course_lib.autograder.gradebook import Gradebook
 from course_lib.grading.registry import ASSIGNMENTS, exercise
-from course_lib.grading.sandbox import BASE_UID, Limits, Runner
+from course_lib.autograder.sandbox.runner import BASE_UID, Limits, Runner
 
 A = "02_self_attention"
 SEED = 20261123
 LIMITS = Limits(call_seconds=2.0, submission_seconds=20.0, memory_mb=512, processes=32)
-ROOT = Path(__file__).resolve().parent.parent
 
 SETUP = "import math\nimport os\nimport torch\nimport torch.nn.functional as F\n"
 
@@ -427,7 +427,7 @@ def test_a_rerun_skips_unchanged_notebooks_and_regrades_changed_ones(graded, tmp
 
 
 def test_a_record_of_the_graders_own_failure_is_regraded_on_the_next_run(tmp_path, monkeypatch):
-    from course_lib.grading import batch
+    from course_lib.autograder import batch
 
     _write(tmp_path / "subs", "s1", notebook(SETUP, HONEST))
     db = tmp_path / "g.sqlite"
@@ -507,7 +507,7 @@ def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp
 
 
 def test_sandbox_required_refuses_to_grade_without_isolation(tmp_path, monkeypatch):
-    from course_lib.grading import sandbox
+    from course_lib.autograder.sandbox import runner as sandbox
 
     monkeypatch.setattr(sandbox, "detect_isolation", lambda: "none")
     with pytest.raises(sandbox.SandboxUnavailable):
@@ -570,7 +570,7 @@ def test_the_sandboxed_grader_gives_solutions_full_marks_and_blank_exercises_zer
 def test_the_checker_version_covers_the_reference_implementations(tmp_path):
     import shutil
 
-    from course_lib.grading.autograde import checker_version
+    from course_lib.autograder.autograde import checker_version
 
     package = tmp_path / "course_lib"
     shutil.copytree(ROOT / "course_lib", package, ignore=shutil.ignore_patterns("__pycache__"))

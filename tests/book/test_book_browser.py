@@ -13,6 +13,7 @@ screenshots, light and dark, go to `artifacts/screenshots/`.
 
 from __future__ import annotations
 
+from conftest import ROOT
 import base64
 import functools
 import http.server
@@ -26,7 +27,6 @@ import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parents[1]
 HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html")).resolve()
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"

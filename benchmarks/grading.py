@@ -1,6 +1,6 @@
 """Benchmark: grade 200 generated submissions of one assignment, against an nbgrader-style baseline.
 
-Run with ``python -m course_lib.bench_grading`` (``make bench`` runs it). Prints numbers;
+Run with ``python benchmarks/grading.py`` (``make bench`` runs it). Prints numbers;
 nothing here is a timed test.
 
 - **This grader**: ``grade_all`` with full isolation (``--sandbox required``) and two jobs,
@@ -62,7 +62,7 @@ def baseline(paths: list[Path], assignment: str) -> list[float]:
 
     warnings.filterwarnings("ignore", category=nbformat.validator.MissingIDFieldWarning)
 
-    from .grading.registry import ASSIGNMENTS
+    from course_lib.grading.registry import ASSIGNMENTS
 
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     names = list(ASSIGNMENTS[assignment])
@@ -82,7 +82,7 @@ def baseline(paths: list[Path], assignment: str) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m course_lib.bench_grading", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python benchmarks/grading.py", description=__doc__.split("\n")[0])
     p.add_argument("--assignment", default="02_self_attention", choices=sorted(WRONG))
     p.add_argument("-n", type=int, default=200, help="submissions to grade (default: 200)")
     p.add_argument("--baseline-n", type=int, default=12, help="of which the baseline runs (default: 12)")
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sandbox", default="required", choices=("auto", "required", "off"))
     args = p.parse_args(argv)
 
-    from .grading.batch import grade_all
-    from .grading.gradebook import Gradebook
+    from course_lib.autograder.batch import grade_all
+    from course_lib.autograder.gradebook import Gradebook
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-grading-"))
     try:

@@ -12,6 +12,7 @@ image that did not load. About 20 s.
 
 from __future__ import annotations
 
+from conftest import ROOT
 import re
 import subprocess
 import sys
@@ -19,7 +20,6 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "book" / "_ext"
 sys.path.insert(0, str(EXT))
 import print_pdf  # noqa: E402

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from .gradebook import Gradebook
-from .registry import ASSIGNMENTS
+from ..grading.registry import ASSIGNMENTS
 from .text import csv_cell, markdown_escape, valid_utf8
 
 __all__ = ["export_csv", "export_gradescope", "write_feedback", "file_stem"]

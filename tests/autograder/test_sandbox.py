@@ -8,6 +8,7 @@ of the attack survives into it. Attacks run under each isolation level available
 
 from __future__ import annotations
 
+from conftest import ROOT
 import dataclasses
 import math
 import os
@@ -22,11 +23,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.grading import sandbox
+from course_lib.autograder.sandbox import runner as sandbox
 from course_lib.grading.core import Call, Outcome
-from course_lib.grading.sandbox import Job, Limits, Runner, SandboxUnavailable
+from course_lib.autograder.sandbox.runner import Job, Limits, Runner, SandboxUnavailable
 
-ROOT = Path(__file__).resolve().parents[1]
 COURSE_SOURCE = ROOT / "course_lib" / "attention.py"
 # Generous limits so that a busy machine cannot make an honest job time out; the tests of
 # the submission limit itself lower it for one job.

@@ -1,6 +1,6 @@
 """Benchmarks of the models: training to accuracy targets, reproducibility, KV-cache decoding.
 
-Run with ``make bench`` (all benchmarks) or ``python -m course_lib.bench_models``. Prints
+Run with ``make bench`` (all benchmarks) or ``python benchmarks/models.py``. Prints
 numbers; asserts nothing. Targets (on the 2-core CPU machine, every thread, nothing else
 running):
 
@@ -24,9 +24,9 @@ import time
 
 import torch
 
-from .models import TransformerSeq2Seq
-from .tasks import BOS
-from .training import benchmark, default_config, train
+from course_lib.models import TransformerSeq2Seq
+from course_lib.tasks import BOS
+from course_lib.training import benchmark, default_config, train
 
 
 @torch.no_grad()
@@ -95,7 +95,7 @@ def bench_kv_cache(steps: int = 256, batch: int = 8, repeats: int = 3) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_lib.bench_models", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/models.py", description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["training", "kv-cache"], default=None)
     parser.add_argument("--no-repro", action="store_true", help="skip the second training run")
     parser.add_argument("--repeats", type=int, default=1, help="training runs per model (default 1)")

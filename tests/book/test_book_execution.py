@@ -9,10 +9,10 @@ script reads it.
 
 from __future__ import annotations
 
+from conftest import ROOT
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 
 import execute_parallel  # noqa: E402

@@ -1,7 +1,7 @@
 """Run untrusted notebook code in a sandbox, and get back only plain arrays.
 
 The grader never runs a student's code in its own process. A :class:`Runner` keeps one warm
-worker ("zygote", :mod:`course_lib.grading._worker`) that has already imported torch; for
+worker ("zygote", :mod:`course_lib.autograder.sandbox._worker`) that has already imported torch; for
 each submission the zygote forks a supervisor, which reads the job (the zygote never holds a
 byte of any submission) and forks a fresh process that runs the notebook's cells and then
 answers the grader's calls one at a time, inside these walls:
@@ -21,12 +21,12 @@ answers the grader's calls one at a time, inside these walls:
   threads or processes), stdin from ``/dev/null``, and the submission's wall-clock limit
   enforced by SIGKILL.
 * a **memory cgroup** per runner where the machine lets us make one
-  (:mod:`course_lib.grading.cgroup`): all of a submission's processes together stay under
+  (:mod:`course_lib.autograder.sandbox.cgroup`): all of a submission's processes together stay under
   ``memory_mb`` on top of the warm worker.
 * **none** (``mode="off"``): still a fresh forked process with rlimits and seccomp per
   submission, but no walls; only for trusted code.
 
-The channel (see :mod:`course_lib.grading._worker`): every frame from the student's process
+The channel (see :mod:`course_lib.autograder.sandbox._worker`): every frame from the student's process
 carries a sequence number and an HMAC under a key made for this job, and is accepted only in
 its place: cell events, then ``cells_done``, then exactly one reply per call the grader sends,
 each call's inputs sent only when it is made. Anything else (a forged or out-of-order frame)
@@ -71,14 +71,15 @@ import torch
 
 from . import _worker
 from .cgroup import MemoryCgroup
-from .core import Call, Outcome
-from .notebook import python_source
-from .text import student_message, valid_utf8
+from ...grading import opwatch
+from ...grading.core import Call, Outcome
+from ..notebook import python_source
+from ..text import student_message, valid_utf8
 
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable", "detect_isolation"]
 
 WORKER = Path(_worker.__file__).resolve()
-OPWATCH = WORKER.with_name("opwatch.py")
+OPWATCH = Path(opwatch.__file__).resolve()  # the runtime layer, loaded by the worker from its source
 SCRATCH = _worker.SCRATCH  # inside the sandbox: the only writable folder (a fresh tmpfs per job)
 BASE_UID = 60000
 MAX_DECODED_BYTES = 64 << 20  # all arrays of one submission together, once decoded
@@ -221,7 +222,7 @@ def _allowlist(hide: list[str]) -> list[list[str]]:
     spec += [["ro", os.path.realpath(p), p] for p in sorted(kept)]
     # Never the course's source (its reference implementations), nor what the caller hides,
     # should one of them lie inside an allowed folder.
-    package = str(Path(__file__).resolve().parents[1])
+    package = str(Path(__file__).resolve().parents[2])  # course_lib
     hidden = [package, str(Path(package).parent / "solutions"), *hide]
     for h in hidden:
         h = os.path.normpath(os.path.abspath(h))
@@ -274,14 +275,14 @@ def _command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list
                 cmd += ["--proc", item[1]]
         cmd += ["--tmpfs", SCRATCH, "--ro-bind", str(WORKER), "/sandbox/worker.py",
                 "--ro-bind", str(OPWATCH), "/sandbox/opwatch.py", "--remount-ro", "/",
-                "--chdir", SCRATCH, *py, "/sandbox/worker.py", *args]
+                "--chdir", SCRATCH, *py, "/sandbox/worker.py", *args, "--opwatch", "/sandbox/opwatch.py"]
     elif isolation == "namespaces":
-        cmd = [*py, str(WORKER), *args, "--root", json.dumps(_allowlist(hide))]
+        cmd = [*py, str(WORKER), *args, "--opwatch", str(OPWATCH), "--root", json.dumps(_allowlist(hide))]
     elif isolation == "none":
         tmp = tempfile.mkdtemp(prefix="sandbox-zygote-")
         os.chmod(tmp, 0o711)  # the unprivileged job may enter its own scratch folder, not list the others
         env.update({"HOME": tmp, "TMPDIR": tmp, "MPLCONFIGDIR": os.path.join(tmp, "matplotlib")})
-        cmd = [*py, str(WORKER), *args]
+        cmd = [*py, str(WORKER), *args, "--opwatch", str(OPWATCH)]
     else:
         raise ValueError(f"unknown isolation {isolation!r}")
     return cmd, env, tmp
@@ -485,7 +486,7 @@ def _decode_value(node: Any, blobs: list[bytes], budget: _Budget | None = None, 
 
 
 def _text(v: Any, limit: int = 500) -> str:
-    """A string that came out of the sandbox, made safe to keep (see :mod:`course_lib.grading.text`)."""
+    """A string that came out of the sandbox, made safe to keep (see :mod:`course_lib.autograder.text`)."""
     return student_message(v, limit) if isinstance(v, str) else ""
 
 

@@ -1,6 +1,7 @@
 """Benchmark: course_lib vs PyTorch, forward + backward, on the CPU.
 
-Run with ``make bench`` or ``course-lib bench``. Prints, for each case, the median
+Run with ``make bench``, ``python benchmarks/attention_vs_torch.py [--repeats N] [--threads T]``
+or ``course-lib bench`` (from a checkout). Prints, for each case, the median
 wall time of one forward + backward pass and the ratio course_lib / PyTorch.
 """
 
@@ -12,8 +13,8 @@ import time
 import torch
 import torch.nn as nn
 
-from .multihead import MultiHeadAttention
-from .transformer import EncoderLayer
+from course_lib.multihead import MultiHeadAttention
+from course_lib.transformer import EncoderLayer
 
 N, L, E, H, FF = 32, 128, 256, 8, 1024
 
@@ -69,4 +70,10 @@ def main(repeats: int = 20, threads: int | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20, help="timed iterations per case (default: 20)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = parser.parse_args()
+    raise SystemExit(main(repeats=args.repeats, threads=args.threads))

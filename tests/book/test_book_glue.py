@@ -9,6 +9,7 @@ the name exists. A few seconds.
 
 from __future__ import annotations
 
+from conftest import ROOT
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,6 @@ from pathlib import Path
 import nbformat
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "book" / "_ext"
 
 CONF = f"""

@@ -3,7 +3,7 @@
 :func:`grade_submission` is a self-contained job: it reads the notebook (never executing it
 here), parses every cell once, finds forbidden calls reachable from the graded functions and
 notebook-wide use of introspection (the static layer, :mod:`course_lib.grading.forbidden`),
-has a sandbox (:class:`course_lib.grading.sandbox.Runner`) run the readable cells and make
+has a sandbox (:class:`course_lib.autograder.sandbox.Runner`) run the readable cells and make
 the calls, one at a time and watched (the runtime layer), and judges the plain arrays that
 come back in this process. The record it returns is plain JSON data, so the same job can run
 on another machine and send its record back.
@@ -16,13 +16,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .core import Exercise, Outcome, Report, judge, zero_report
-from .forbidden import NotebookScan
+from ..grading.core import Exercise, Outcome, Report, judge, zero_report
+from ..grading.forbidden import NotebookScan
 from .notebook import NotebookError, code_cells
-from .registry import ASSIGNMENTS, exercises_of
+from ..grading.registry import ASSIGNMENTS, exercises_of
 from .text import clean_record, student_message
 
-__all__ = ["grade_submission", "refused", "failed", "checker_version", "sha256", "make_job", "split_outcomes",
+__all__ = ["grade_submission", "refused", "failed", "checker_version", "checker_files", "REFERENCE_MODULES", "sha256", "make_job", "split_outcomes",
            "STATUSES"]
 
 #: What a record's ``status`` can be: the notebook was graded, refused as not a notebook,
@@ -36,13 +36,45 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def checker_version(root: Path | None = None) -> str:
-    """A hash of course_lib's code (the checks, the exercises and the reference implementations
-    they compare with): a change means regrade."""
+#: The reference modules the checks call (the graded functions' modules and what they import),
+#: relative to ``course_lib/``. With every file of the student-side checks (``grading/``) they
+#: are what a grade depends on besides the notebook, and all that :func:`checker_version`
+#: hashes: editing the CLI, the sandbox, a benchmark or a model regrades nothing.
+#: ``tests/autograder/test_checker_version.py`` fails when a graded function's module (or one
+#: it imports) is missing here.
+REFERENCE_MODULES = (
+    "_checks.py",
+    "scores.py",
+    "pooling.py",
+    "softmax.py",
+    "attention.py",
+    "multihead.py",
+    "positional.py",
+    "layernorm.py",
+    "masks.py",
+    "feedforward.py",
+    "losses.py",
+)
+
+
+def checker_files(package: Path | None = None) -> list[Path]:
+    """The files :func:`checker_version` hashes: :data:`REFERENCE_MODULES` and every ``*.py``
+    of the student-side checks (``course_lib/grading``), in a fixed order."""
+    package = package or Path(__file__).resolve().parents[1]
+    return [package / name for name in REFERENCE_MODULES] + sorted((package / "grading").rglob("*.py"))
+
+
+def checker_version(package: Path | None = None) -> str:
+    """A hash of what grades depend on (:func:`checker_files`): a change means regrade.
+
+    Args:
+        package: the ``course_lib`` folder to hash (default: this one).
+    """
+    package = package or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    root = root or Path(__file__).resolve().parent.parent
-    for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode())
+    for path in checker_files(package):
+        h.update(path.relative_to(package).as_posix().encode())
+        h.update(b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -115,7 +147,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
     Args:
         data: the notebook file's bytes.
         assignment: the assignment's name (``02_self_attention``).
-        runner: a :class:`course_lib.grading.sandbox.Runner`.
+        runner: a :class:`course_lib.autograder.sandbox.Runner`.
         seed: the instructor's seed: every input is drawn anew from it (see
             :mod:`course_lib.grading.seeding`); None uses the self-check's inputs.
 

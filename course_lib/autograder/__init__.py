@@ -1,0 +1,14 @@
+"""The instructor's side: write the student notebooks, grade a class's submissions in a sandbox,
+keep the gradebook, export it.
+
+- :mod:`.assign`: exercise notebooks from the solution notebooks
+- :mod:`.notebook`: reading a submitted notebook's bytes (size, UTF-8, JSON, nbformat)
+- :mod:`.autograde`: one submission -> one JSON record
+- :mod:`.batch`: a class's folder -> the gradebook, in parallel
+- :mod:`.gradebook`: the SQLite gradebook
+- :mod:`.exports`: CSV, Gradescope results and feedback reports
+- :mod:`.sandbox`: running student code isolated, and the wire protocol to it
+- :mod:`.cli`: the instructor's ``course-lib`` subcommands
+
+Notebooks never import this package: their checks are :mod:`course_lib.grading`.
+"""

@@ -1,0 +1,161 @@
+"""The instructor's ``course-lib`` subcommands, added to the parser of :mod:`course_lib.cli`.
+
+    assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
+    grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
+    check     grade one notebook locally, in the sandbox, and print the feedback
+    export    write the gradebook as a CSV or as Gradescope results.json files
+    feedback  write a feedback report per student (Markdown or HTML)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_assign(args: argparse.Namespace) -> int:
+    from .assign import AssignError, assign
+
+    try:
+        changed = assign(args.source, args.out, check=args.check)
+    except (AssignError, FileNotFoundError) as err:
+        print(f"course-lib assign: {err}", file=sys.stderr)
+        return 2
+    if args.check:
+        for path in changed:
+            print(f"out of date: {path}")
+        return 1 if changed else 0
+    for path in changed:
+        print(f"wrote {path}")
+    if not changed:
+        print(f"{args.out}/ is up to date")
+    return 0
+
+
+def _cmd_grade(args: argparse.Namespace) -> int:
+    from .batch import grade_all
+    from .sandbox import SandboxUnavailable
+
+    from .sandbox import Limits
+
+    limits = Limits(call_seconds=args.call_seconds, submission_seconds=args.submission_seconds,
+                    memory_mb=args.memory_mb)
+    try:
+        summary = grade_all(args.submissions, args.db, jobs=args.jobs, sandbox=args.sandbox, force=args.force,
+                            assignments=tuple(args.assignment) if args.assignment else None,
+                            progress=not args.quiet, seed=args.seed, limits=limits)
+    except (FileNotFoundError, SandboxUnavailable, ValueError) as err:
+        print(f"course-lib grade: {err}", file=sys.stderr)
+        return 2
+    return 1 if summary.failed else 0  # some submissions could not be graded (the summary says why)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .autograde import grade_submission, refused
+    from .batch import read_submission
+    from .notebook import NotebookError
+    from ..grading.core import Report
+    from ..grading.registry import ASSIGNMENTS
+    from .sandbox import Runner, SandboxUnavailable
+
+    path = Path(args.notebook)
+    assignment = args.assignment or path.name.removesuffix(".ipynb")
+    if assignment not in ASSIGNMENTS:
+        print(f"course-lib check: cannot tell the assignment from {path.name!r}; name the file like "
+              f"{', '.join(a + '.ipynb' for a in ASSIGNMENTS)} or pass --assignment", file=sys.stderr)
+        return 2
+    if not path.is_file():
+        print(f"course-lib check: {path} is not a file", file=sys.stderr)
+        return 2
+    try:
+        with Runner(mode=args.sandbox) as runner:
+            try:
+                record = grade_submission(read_submission(path), assignment, runner)
+            except NotebookError as err:
+                record = refused(assignment, str(err), isolation=runner.isolation)
+    except SandboxUnavailable as err:
+        print(f"course-lib check: {err}", file=sys.stderr)
+        return 2
+    for m in record["messages"]:
+        print(f"! {m}")
+    for fr in record["functions"]:
+        print(Report.from_dict(fr))
+        print()
+    print(f"{assignment}: {record['score']:g} / {record['max_score']:g} points (isolation: {record['isolation']})")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .exports import export_csv, export_gradescope
+
+    if not Path(args.db).is_file():
+        print(f"course-lib export: no gradebook at {args.db}", file=sys.stderr)
+        return 2
+    if args.format == "csv":
+        n = export_csv(args.db, args.out)
+        print(f"wrote {n} row(s) to {args.out}")
+    else:
+        n = export_gradescope(args.db, args.out)
+        print(f"wrote {n} results.json file(s) under {args.out}")
+    return 0
+
+
+def _cmd_feedback(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .exports import write_feedback
+
+    if not Path(args.db).is_file():
+        print(f"course-lib feedback: no gradebook at {args.db}", file=sys.stderr)
+        return 2
+    n = write_feedback(args.db, args.out, fmt=args.format)
+    print(f"wrote {n} feedback report(s) to {args.out}")
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Add the instructor's subcommands to the ``course-lib`` parser."""
+    p = sub.add_parser("assign", help="write exercises/ (student notebooks) from solutions/")
+    p.add_argument("--source", default="solutions", help="folder of solution notebooks (default: solutions)")
+    p.add_argument("--out", default="exercises", help="folder for student notebooks (default: exercises)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any student notebook is out of date")
+    p.set_defaults(func=_cmd_assign)
+
+    sandbox_help = ("isolation of student code: auto = the strongest this machine has (bubblewrap, else Linux "
+                    "namespaces), required = refuse without one of them, off = a fresh process with limits only")
+    p = sub.add_parser("grade", help="grade SUBMISSIONS/<student>/<NN_slug>.ipynb into a SQLite gradebook")
+    p.add_argument("submissions", help="folder with one subfolder per student")
+    p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
+    p.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default: 2)")
+    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=sandbox_help)
+    p.add_argument("--force", action="store_true", help="regrade everything, even unchanged notebooks")
+    p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--seed", type=int, default=None,
+                   help="draw every test input anew from this seed (recorded per submission), so no output can be "
+                        "looked up from the self-check; default: the self-check's inputs")
+    p.add_argument("--call-seconds", type=float, default=10.0, help="CPU time per call of a function (default: 10)")
+    p.add_argument("--submission-seconds", type=float, default=60.0,
+                   help="wall-clock time for a whole notebook, cells and calls (default: 60)")
+    p.add_argument("--memory-mb", type=int, default=1024,
+                   help="memory for all of a submission's processes together (default: 1024)")
+    p.set_defaults(func=_cmd_grade)
+    p = sub.add_parser("check", help="grade one notebook locally and print the feedback")
+    p.add_argument("notebook")
+    p.add_argument("--assignment", default=None, help="default: from the file name, e.g. 02_self_attention")
+    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=sandbox_help)
+    p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("export", help="write the gradebook as CSV or Gradescope results.json files")
+    p.add_argument("--db", default="gradebook.sqlite")
+    p.add_argument("--format", choices=("csv", "gradescope"), default="csv")
+    p.add_argument("--out", required=True, help="CSV file, or folder for Gradescope results")
+    p.set_defaults(func=_cmd_export)
+    p = sub.add_parser("feedback", help="write a feedback report per student")
+    p.add_argument("--db", default="gradebook.sqlite")
+    p.add_argument("--out", required=True, help="folder for the reports")
+    p.add_argument("--format", choices=("md", "html"), default="md")
+    p.set_defaults(func=_cmd_feedback)
