@@ -507,10 +507,10 @@ def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp
 
 
 def test_sandbox_required_refuses_to_grade_without_isolation(tmp_path, monkeypatch):
-    from course_lib.autograder.sandbox import runner as sandbox
+    from course_lib.autograder.sandbox import SandboxUnavailable, isolation
 
-    monkeypatch.setattr(sandbox, "detect_isolation", lambda: "none")
-    with pytest.raises(sandbox.SandboxUnavailable):
+    monkeypatch.setattr(isolation, "detect_isolation", lambda: "none")
+    with pytest.raises(SandboxUnavailable):
         Runner(mode="required")
 
 

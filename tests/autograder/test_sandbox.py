@@ -18,14 +18,14 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import torch
 
-from course_lib.autograder.sandbox import runner as sandbox
+from course_lib.autograder.sandbox import codec, isolation
 from course_lib.grading.core import Call, Outcome
 from course_lib.autograder.sandbox.runner import Job, Limits, Runner, SandboxUnavailable
+from course_lib.autograder.sandbox.worker.protocol import SCRATCH
 
 COURSE_SOURCE = ROOT / "course_lib" / "attention.py"
 # Generous limits so that a busy machine cannot make an honest job time out; the tests of
@@ -113,14 +113,14 @@ def runner(request, secret_dir):
 
 
 def test_isolation_is_detected_once():
-    level = sandbox.detect_isolation()
+    level = isolation.detect_isolation()
     assert level in ("bubblewrap", "namespaces", "none")
-    assert sandbox.detect_isolation() == level
+    assert isolation.detect_isolation() == level
     assert level == LEVELS[0]
 
 
 def test_required_mode_refuses_to_run_without_isolation(monkeypatch):
-    monkeypatch.setattr(sandbox, "detect_isolation", lambda: "none")
+    monkeypatch.setattr(isolation, "detect_isolation", lambda: "none")
     with pytest.raises(SandboxUnavailable):
         Runner(mode="required")
     with pytest.raises(ValueError):
@@ -282,7 +282,7 @@ def test_a_memory_bomb_is_stopped_and_reported(runner):
 
 def test_filling_the_disk_is_capped_and_nothing_is_written_outside_the_scratch_dir(runner, tmp_path):
     name = f"sandbox-test-{uuid.uuid4().hex}"
-    targets = [f"{sandbox.SCRATCH}/{name}", str(ROOT / name), str(tmp_path / name), f"/dev/shm/{name}", f"/{name}",
+    targets = [f"{SCRATCH}/{name}", str(ROOT / name), str(tmp_path / name), f"/dev/shm/{name}", f"/{name}",
                f"/tmp/{name}"]
     cells = ["""
 import os
@@ -609,9 +609,9 @@ def test_npy_parsing_refuses_pickles_and_lies_before_allocating():
         np.save(buf, arr, **kw)
         return buf.getvalue()
 
-    assert sandbox._load_npy(npy(np.arange(6).reshape(2, 3))).tolist() == [[0, 1, 2], [3, 4, 5]]
-    assert sandbox._load_npy(npy(np.asfortranarray(np.arange(6).reshape(2, 3)))).tolist() == [[0, 1, 2], [3, 4, 5]]
-    assert sandbox._load_npy(npy(np.arange(3, dtype=">f4"))).dtype == np.float32
+    assert codec.load_npy(npy(np.arange(6).reshape(2, 3))).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert codec.load_npy(npy(np.asfortranarray(np.arange(6).reshape(2, 3)))).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert codec.load_npy(npy(np.arange(3, dtype=">f4"))).dtype == np.float32
     bad = [npy(np.array([None], dtype=object), allow_pickle=True), npy(np.zeros(2, dtype="complex64")),
            npy(np.zeros(2, dtype=[("a", "f4")])), npy(np.zeros(3))[:-1], b"not an array", b""]
     small = npy(np.zeros(3))
@@ -619,29 +619,37 @@ def test_npy_parsing_refuses_pickles_and_lies_before_allocating():
     header = small[:end].replace(b"(3,)", b"(999999999999,)").rstrip(b" ")
     bad.append(header + b" " * (end - len(header)) + small[end:])
     for data in bad:
-        with pytest.raises(sandbox._BadResult):
-            sandbox._load_npy(data)
+        with pytest.raises(codec.BadResult):
+            codec.load_npy(data)
 
 
 def test_the_allowlist_never_exposes_the_course_source():
     package = str(ROOT / "course_lib")
-    spec = sandbox._allowlist([sys.prefix + "/lib"])
+    spec = isolation.allowlist([sys.prefix + "/lib"])
     ro = [item[2] for item in spec if item[0] == "ro"]
     hidden = [item[1] for item in spec if item[0] == "tmpfs"]
     for path in ro:
-        assert not sandbox._under(package, path) or package in hidden
-        assert not sandbox._under(str(ROOT), path) or str(ROOT) == path and package in hidden
+        assert not isolation.under(package, path) or package in hidden
+        assert not isolation.under(str(ROOT), path) or str(ROOT) == path and package in hidden
     assert sys.prefix + "/lib" in hidden and sys.prefix in ro
 
 
-def test_the_worker_is_a_standalone_script():
-    """It runs where course_lib is not readable: standard library, numpy, torch, matplotlib only."""
+def test_the_worker_is_a_standalone_package():
+    """It runs where course_lib is not readable: standard library, numpy, torch, matplotlib and
+    its own modules only (relative imports); the protocol, which the grader imports too, and
+    the package's __init__ only the standard library."""
     import ast
 
-    tree = ast.parse(Path(sandbox.WORKER).read_text())
-    modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    modules |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert modules - set(sys.stdlib_module_names) <= {"numpy", "torch", "matplotlib"}
+    files = sorted(isolation.WORKER.glob("*.py"))
+    assert {f.name for f in files} >= {"__init__.py", "__main__.py", "protocol.py", "jail.py", "student.py"}
+    for f in files:
+        tree = ast.parse(f.read_text())
+        modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        modules |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.level == 0}
+        allowed = set() if f.name in ("protocol.py", "__init__.py", "syscalls.py", "jail.py") else {
+            "numpy", "torch", "matplotlib"}
+        assert modules - set(sys.stdlib_module_names) <= allowed, f.name
 
 
 PLANT = """

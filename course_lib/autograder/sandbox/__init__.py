@@ -1,5 +1,14 @@
-"""Running a student's notebook in isolation and calling its functions from the grader."""
+"""Running a student's notebook in isolation and calling its functions from the grader.
 
-from .runner import Job, Limits, Runner, RunResult, SandboxUnavailable, detect_isolation
+* :mod:`.isolation`: which isolation works here, the allowlisted file system, the worker's
+  command line (bubblewrap, namespaces, none).
+* :mod:`.runner`: :class:`Runner`, one warm worker and its conversation with each job.
+* :mod:`.codec`: the grader's side of the value codec (arguments out, results back).
+* :mod:`.cgroup`: the memory cgroup of a runner.
+* :mod:`.worker`: the worker itself, a standalone package run inside the sandbox.
+"""
+
+from .isolation import detect_isolation
+from .runner import Job, Limits, Runner, RunResult, SandboxUnavailable
 
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable", "detect_isolation"]

@@ -1,7 +1,7 @@
 """Run untrusted notebook code in a sandbox, and get back only plain arrays.
 
 The grader never runs a student's code in its own process. A :class:`Runner` keeps one warm
-worker ("zygote", :mod:`course_lib.autograder.sandbox._worker`) that has already imported torch; for
+worker ("zygote", :mod:`course_lib.autograder.sandbox.worker`) that has already imported torch; for
 each submission the zygote forks a supervisor, which reads the job (the zygote never holds a
 byte of any submission) and forks a fresh process that runs the notebook's cells and then
 answers the grader's calls one at a time, inside these walls:
@@ -26,7 +26,7 @@ answers the grader's calls one at a time, inside these walls:
 * **none** (``mode="off"``): still a fresh forked process with rlimits and seccomp per
   submission, but no walls; only for trusted code.
 
-The channel (see :mod:`course_lib.autograder.sandbox._worker`): every frame from the student's process
+The channel (see :mod:`course_lib.autograder.sandbox.worker`): every frame from the student's process
 carries a sequence number and an HMAC under a key made for this job, and is accepted only in
 its place: cell events, then ``cells_done``, then exactly one reply per call the grader sends,
 each call's inputs sent only when it is made. Anything else (a forged or out-of-order frame)
@@ -47,48 +47,35 @@ reach the grader.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import io
 import json
-import math
 import os
 import secrets
 import select
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import weakref
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-import numpy as np
-import torch
-
-from . import _worker
-from .cgroup import MemoryCgroup
-from ...grading import opwatch
 from ...grading.core import Call, Outcome
 from ..notebook import python_source
 from ..text import student_message, valid_utf8
+from . import isolation as iso
+from .cgroup import MemoryCgroup
+from .codec import BadResult, Budget, decode_value, encode_call
+from .worker import protocol
 
-__all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable", "detect_isolation"]
+__all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable"]
 
-WORKER = Path(_worker.__file__).resolve()
-OPWATCH = Path(opwatch.__file__).resolve()  # the runtime layer, loaded by the worker from its source
-SCRATCH = _worker.SCRATCH  # inside the sandbox: the only writable folder (a fresh tmpfs per job)
 BASE_UID = 60000
-MAX_DECODED_BYTES = 64 << 20  # all arrays of one submission together, once decoded
 _READY_SECONDS = 180.0       # a cold start imports torch; a loaded machine can be slow
 _WATCHDOG_GRACE = 30.0       # the supervisor enforces the limit; this only catches a stuck worker
 _CGROUP_HEADROOM = 128 << 20  # the job's supervisor and the copy-on-write pages of a fork
 _OUTCOME_STATUSES = ("ok", "not_implemented", "error", "timeout", "bad_type")
-_NPY_DTYPES = {np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                                     "uint64", "float16", "float32", "float64")}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -137,263 +124,9 @@ class RunResult:
     violations: list[str] = field(default_factory=list)     # why the channel was not trusted
 
 
-# --------------------------------------------------------------------------- isolation
-
-
-_detected: str | None = None
-_detect_lock = threading.Lock()
-
-
-def detect_isolation() -> str:
-    """The strongest isolation that works here: ``"bubblewrap"``, ``"namespaces"`` or ``"none"``.
-
-    Probed once per process (a real run of the per-submission isolation, without torch).
-    """
-    global _detected
-    with _detect_lock:
-        if _detected is None:
-            _detected = "none"
-            for level in ("bubblewrap", "namespaces"):
-                if _probe(level):
-                    _detected = level
-                    break
-        return _detected
-
-
-def _probe(isolation: str) -> bool:
-    if isolation == "bubblewrap" and not shutil.which("bwrap"):
-        return False
-    if sys.platform != "linux":
-        return False
-    try:
-        cmd, env, _ = _command(isolation, [], probe=True)
-        out = _spawner.run(cmd, env=env, timeout=60)
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return False
-    return out.returncode == 0 and "probe-ok" in out.stdout
-
-
-def _under(path: str, root: str) -> bool:
-    path, root = os.path.normpath(path), os.path.normpath(root)
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _site_dirs() -> list[str]:
-    """Where numpy, torch and matplotlib (and their dependencies) are installed."""
-    import site
-
-    import matplotlib
-
-    dirs: list[str] = []
-    for mod in (np, torch, matplotlib):
-        d = str(Path(mod.__file__).parent.parent)
-        if d not in dirs:
-            dirs.append(d)
-    try:
-        extra = site.getsitepackages()
-    except AttributeError:
-        extra = []
-    for d in extra:
-        if os.path.isdir(d) and d not in dirs:
-            dirs.append(d)
-    return dirs
-
-
-def _allowlist(hide: list[str]) -> list[list[str]]:
-    """The sandbox's file system: read-only binds of what Python needs, nothing else."""
-    spec: list[list[str]] = []
-    roots: list[str] = ["/usr"]
-    for d in ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"):
-        if os.path.islink(d):
-            spec.append(["symlink", os.readlink(d), d])
-        elif os.path.isdir(d):
-            roots.append(d)
-    for p in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/nsswitch.conf",
-              "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/fonts", "/etc/mime.types"):
-        if os.path.exists(p):
-            roots.append(p)
-    py = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
-          os.path.dirname(os.path.realpath(sys.executable)), *_site_dirs()]
-    roots += [os.path.normpath(p) for p in py if p and os.path.exists(p)]
-    kept: list[str] = []
-    for p in sorted(set(roots), key=len):
-        if not any(_under(p, k) for k in kept):
-            kept.append(p)
-    spec += [["ro", os.path.realpath(p), p] for p in sorted(kept)]
-    # Never the course's source (its reference implementations), nor what the caller hides,
-    # should one of them lie inside an allowed folder.
-    package = str(Path(__file__).resolve().parents[2])  # course_lib
-    hidden = [package, str(Path(package).parent / "solutions"), *hide]
-    for h in hidden:
-        h = os.path.normpath(os.path.abspath(h))
-        if any(_under(h, k) and h != k for k in kept) and os.path.isdir(h):
-            spec.append(["tmpfs", h])
-    spec += [["dev", "/dev"], ["proc", "/proc"]]
-    return spec
-
-
-def _command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[str], dict, str | None]:
-    """The zygote's command line and environment; the last item is a host temp dir to remove later."""
-    # The sandbox's writable folder is SCRATCH, not /tmp: the course's own files (the venv) may
-    # live under /tmp (a CI checkout), and a tmpfs on /tmp would hide them.
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8",
-           "LC_ALL": "C.UTF-8", "MPLBACKEND": "Agg", "MPLCONFIGDIR": SCRATCH + "/matplotlib", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "MALLOC_ARENA_MAX": "2"}
-    py = [sys.executable, "-S", "-s", "-B"] + (["-P"] if sys.version_info >= (3, 11) else [])
-    args = ["--isolation", isolation]
-    for d in _site_dirs():
-        args += ["--site", d]
-    if probe:
-        args.append("--probe")
-    tmp = None
-    if isolation == "bubblewrap":
-        cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-               "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
-               "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETUID",
-               "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
-        spec = _allowlist(hide)
-        parents: list[str] = ["/sandbox"]
-        for item in spec:  # bwrap would make missing parent folders 0700: unreadable after the uid drop
-            if item[0] == "ro":
-                a = os.path.dirname(item[2])
-                while a not in ("/", "") and a not in parents:
-                    parents.append(a)
-                    a = os.path.dirname(a)
-        for a in sorted(parents, key=lambda p: p.count("/")):
-            cmd += ["--perms", "0755", "--dir", a]
-        for item in spec:
-            if item[0] == "ro":
-                cmd += ["--ro-bind", item[1], item[2]]
-            elif item[0] == "symlink":
-                cmd += ["--symlink", item[1], item[2]]
-            elif item[0] == "tmpfs":
-                cmd += ["--tmpfs", item[1], "--remount-ro", item[1]]
-            elif item[0] == "dev":
-                cmd += ["--dev", item[1]]
-            elif item[0] == "proc":
-                cmd += ["--proc", item[1]]
-        cmd += ["--tmpfs", SCRATCH, "--ro-bind", str(WORKER), "/sandbox/worker.py",
-                "--ro-bind", str(OPWATCH), "/sandbox/opwatch.py", "--remount-ro", "/",
-                "--chdir", SCRATCH, *py, "/sandbox/worker.py", *args, "--opwatch", "/sandbox/opwatch.py"]
-    elif isolation == "namespaces":
-        cmd = [*py, str(WORKER), *args, "--opwatch", str(OPWATCH), "--root", json.dumps(_allowlist(hide))]
-    elif isolation == "none":
-        tmp = tempfile.mkdtemp(prefix="sandbox-zygote-")
-        os.chmod(tmp, 0o711)  # the unprivileged job may enter its own scratch folder, not list the others
-        env.update({"HOME": tmp, "TMPDIR": tmp, "MPLCONFIGDIR": os.path.join(tmp, "matplotlib")})
-        cmd = [*py, str(WORKER), *args, "--opwatch", str(OPWATCH)]
-    else:
-        raise ValueError(f"unknown isolation {isolation!r}")
-    return cmd, env, tmp
-
-
-class _Spawner:
-    """Starts processes from one long-lived thread.
-
-    The zygote dies with the thread that started it (bwrap's --die-with-parent and
-    PR_SET_PDEATHSIG follow the parent *thread*), so it must not be started from a grader
-    thread that may end while the runner lives on.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._requests: list = []
-        self._cond = threading.Condition(self._lock)
-
-    def _loop(self):
-        while True:
-            with self._cond:
-                while not self._requests:
-                    self._cond.wait()
-                fn, box, done = self._requests.pop(0)
-            try:
-                box["value"] = fn()
-            except BaseException as e:  # noqa: BLE001 - handed back to the caller
-                box["error"] = e
-            done.set()
-
-    def call(self, fn):
-        if threading.current_thread() is self._thread:
-            return fn()
-        box: dict = {}
-        done = threading.Event()
-        with self._cond:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="sandbox-spawner", daemon=True)
-                self._thread.start()
-            self._requests.append((fn, box, done))
-            self._cond.notify()
-        done.wait()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-    def popen(self, cmd, **kw) -> subprocess.Popen:
-        return self.call(lambda: subprocess.Popen(cmd, **kw))
-
-    def run(self, cmd, env, timeout) -> subprocess.CompletedProcess:
-        proc = self.popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True, cwd="/")
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _killpg(proc)
-            out, err = proc.communicate()
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-_spawner = _Spawner()
-
-
-def _killpg(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, 9)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except (ProcessLookupError, OSError):
-        pass
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def _encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> dict:
-    if depth > 16:
-        raise TypeError("call argument nested too deeply")
-    if isinstance(v, torch.Tensor):
-        x = v.detach().cpu()
-        dtype = str(x.dtype)
-        if x.dtype == torch.bfloat16:
-            x = x.to(torch.float32)
-        buf = io.BytesIO()
-        np.save(buf, x.resolve_conj().resolve_neg().contiguous().numpy(), allow_pickle=False)
-        blobs.append(buf.getvalue())
-        return {"t": "tensor", "b": len(blobs) - 1, "dtype": dtype}
-    if v is None:
-        return {"t": "none"}
-    if type(v) is bool:
-        return {"t": "bool", "v": v}
-    if type(v) is int:
-        return {"t": "int", "v": v}
-    if type(v) is float:
-        return {"t": "float", "v": v if math.isfinite(v) else repr(v)}
-    if type(v) is str:
-        return {"t": "str", "v": v}
-    if type(v) in (tuple, list):
-        return {"t": type(v).__name__, "items": [_encode_arg(a, blobs, depth + 1) for a in v]}
-    raise TypeError("call arguments must be tensors, numbers, strings, None or tuples of those, "
-                    f"not {type(v).__name__}")
-
-
-def _encode_call(i: int, name: str, call: Call) -> tuple[dict, list[bytes]]:
-    blobs: list[bytes] = []
-    header = {"t": "call", "id": i, "fn": name, "args": [_encode_arg(a, blobs) for a in call.args],
-              "kwargs": [[str(k), _encode_arg(v, blobs)] for k, v in call.kwargs.items()]}
-    return header, blobs
+def _clip_str(v: Any, limit: int = 500) -> str:
+    """A string that came out of the sandbox, made safe to keep (see :mod:`course_lib.autograder.text`)."""
+    return student_message(v, limit) if isinstance(v, str) else ""
 
 
 class _Lost(Exception):
@@ -404,92 +137,6 @@ class _NotSent(_Lost):
     """The job could not be handed to the worker."""
 
 
-class _BadResult(Exception):
-    """A result that cannot be turned into plain data: the call counts as bad_type."""
-
-
-def _load_npy(data: bytes) -> np.ndarray:
-    """An array from ``.npy`` bytes, checked before anything is allocated; never unpickles."""
-    fp = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp, max_header_size=10000)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp, max_header_size=10000)
-        else:
-            raise ValueError("unknown .npy version")
-    except (ValueError, OSError, SyntaxError, TypeError) as e:
-        raise _BadResult(f"returned data that is not a readable array ({e})") from None
-    if dtype.newbyteorder("=") not in _NPY_DTYPES or dtype.hasobject or dtype.fields:
-        raise _BadResult(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
-    if not isinstance(shape, tuple) or len(shape) > 32 or not all(type(s) is int and s >= 0 for s in shape):
-        raise _BadResult("returned a tensor of an invalid shape")
-    count = math.prod(shape)
-    offset = fp.tell()
-    if count * dtype.itemsize != len(data) - offset:
-        raise _BadResult("returned a tensor whose data does not match its shape")
-    arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
-    arr = arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape)
-    return arr.astype(dtype.newbyteorder("="), order="C", copy=True)  # (np.ascontiguousarray makes 0-d 1-d)
-
-
-class _Budget:
-    """Decoded bytes left for one submission; every array may be decoded only once."""
-
-    def __init__(self, total: int = MAX_DECODED_BYTES):
-        self.left = total
-
-    def take(self, n: int) -> None:
-        if n > self.left:
-            raise _BadResult(f"returned more than {MAX_DECODED_BYTES >> 20} MB of arrays in all")
-        self.left -= n
-
-
-def _decode_value(node: Any, blobs: list[bytes], budget: _Budget | None = None, used: set[int] | None = None,
-                  depth: int = 0) -> Any:
-    """Plain data from a reply's value tree. Each blob may be used once (an honest reply never
-    refers to one array twice), and the decoded bytes come out of ``budget``."""
-    budget = budget if budget is not None else _Budget()
-    used = used if used is not None else set()
-    if depth > 16 or not isinstance(node, dict):
-        raise _BadResult("returned a value of an unexpected form")
-    t = node.get("t")
-    if t == "tensor":
-        b = node.get("b")
-        if type(b) is not int or not 0 <= b < len(blobs):
-            raise _BadResult("returned a value of an unexpected form")
-        if b in used:
-            raise _BadResult("returned a value that refers to the same array twice")
-        used.add(b)
-        budget.take(len(blobs[b]))
-        x = torch.from_numpy(_load_npy(blobs[b]))
-        if node.get("dtype") == "torch.bfloat16" and x.dtype == torch.float32:
-            x = x.to(torch.bfloat16)
-        return x
-    if t == "tuple":
-        items = node.get("items")
-        if not isinstance(items, list) or len(items) > 1024:
-            raise _BadResult("returned a value of an unexpected form")
-        return tuple(_decode_value(v, blobs, budget, used, depth + 1) for v in items)
-    v = node.get("v")
-    if t == "bool" and type(v) is bool:
-        return v
-    if t == "int" and type(v) is int:
-        return v
-    if t == "float":
-        if type(v) in (int, float):
-            return float(v)
-        if v in ("nan", "inf", "-inf"):
-            return float(v)
-    raise _BadResult("returned a value of an unexpected form")
-
-
-def _text(v: Any, limit: int = 500) -> str:
-    """A string that came out of the sandbox, made safe to keep (see :mod:`course_lib.autograder.text`)."""
-    return student_message(v, limit) if isinstance(v, str) else ""
-
-
 # --------------------------------------------------------------------------- one conversation
 
 
@@ -498,7 +145,7 @@ class _Conversation:
     (HMAC, sequence, place in the protocol), sends the calls one at a time, and collects what
     comes back."""
 
-    def __init__(self, runner: "Runner", job: Job, key: bytes, deadline: float):
+    def __init__(self, runner: Runner, job: Job, key: bytes, deadline: float):
         self.runner, self.job, self.key, self.deadline = runner, job, key, deadline
         self.outcomes: dict[str, list[Outcome | None]] = {n: [None] * len(cs) for n, cs in job.calls.items()}
         self.missing: list[str] = []
@@ -507,7 +154,7 @@ class _Conversation:
         self.refs: list[str] = []
         self.violations: list[str] = []
         self.seq = 0
-        self.budget = _Budget()
+        self.budget = Budget()
         self.cells_done = False
         self.bye = False
         self.aborted = False
@@ -519,7 +166,7 @@ class _Conversation:
         while True:
             try:
                 frame = self.runner._read_frame(self.deadline)
-            except _worker.ProtocolError as e:
+            except protocol.ProtocolError as e:
                 raise _Lost(f"the sandbox sent malformed data ({e})") from None
             if frame is None:
                 raise _Lost("the sandbox stopped responding")
@@ -536,9 +183,9 @@ class _Conversation:
                 return g
 
     def _verify(self, raw: bytes, blobs: list[bytes]) -> dict | None:
-        if not blobs or len(blobs[-1]) != _worker.MAC_BYTES:
+        if not blobs or len(blobs[-1]) != protocol.MAC_BYTES:
             return self._violation("a frame without the grader's signature (written by the notebook's code?)")
-        mac = hmac.new(self.key, raw + b"".join(blobs[:-1]), hashlib.sha256).digest()
+        mac = protocol.frame_mac(self.key, raw, blobs[:-1])
         if not hmac.compare_digest(mac, blobs[-1]):
             return self._violation("a frame the grader's harness did not write (forged by the notebook's code?)")
         try:
@@ -550,7 +197,8 @@ class _Conversation:
         self.seq += 1
         return header
 
-    def _violation(self, why: str) -> None:
+    def _violation(self, why: str) -> dict | None:
+        """Record why the channel is not trusted, and stop the job (once); always None."""
         if why not in self.violations:
             self.violations.append(why)
         if not self.aborted:
@@ -563,10 +211,10 @@ class _Conversation:
         t = g.get("t")
         if t == "cell_error" and not self.cells_done:
             if len(self.cell_errors) < 1000:
-                self.cell_errors.append(_text(g.get("msg")))
+                self.cell_errors.append(_clip_str(g.get("msg")))
             return True
         if t == "ref" and not self.bye:
-            name = _text(g.get("name"), 200)
+            name = _clip_str(g.get("name"), 200)
             entry = (f"course_lib object {name} modified" if g.get("kind") == "modified"
                      else f"reference implementation {name} accessed")
             if name and entry not in self.refs and len(self.refs) < 100:
@@ -595,15 +243,15 @@ class _Conversation:
         self.missing = [n for n in g.get("missing", []) if n in self.outcomes][:100]
         own = g.get("not_own", {})
         if isinstance(own, dict):
-            self.not_own = {n: _text(v, 200) for n, v in own.items() if n in self.outcomes}
+            self.not_own = {n: _clip_str(v, 200) for n, v in own.items() if n in self.outcomes}
         k = 0
         for name, calls in self.job.calls.items():
             if name in self.missing or name in self.not_own:
                 continue
             for i, call in enumerate(calls):
-                if self.aborted or not self.runner._send(*_encode_call(k, name, call), self.deadline):
+                if self.aborted or not self.runner._send(*encode_call(k, name, call), self.deadline):
                     return self._wait(lambda g: False)["end"]
-                g = self._wait(lambda g: g.get("t") == "reply" and g.get("id") == k)
+                g = self._wait(lambda g, k=k: g.get("t") == "reply" and g.get("id") == k)
                 if g["t"] == "end":
                     return g["end"]
                 self.outcomes[name][i] = self._outcome(g)
@@ -616,20 +264,50 @@ class _Conversation:
         return self._wait(lambda g: False)["end"]
 
     def _outcome(self, g: dict) -> Outcome:
-        seen = [_text(s, 120) for s in g.get("seen", [])][:20] if isinstance(g.get("seen"), list) else []
+        seen = [_clip_str(s, 120) for s in g.get("seen", [])][:20] if isinstance(g.get("seen"), list) else []
         status = g.get("status")
         if status not in _OUTCOME_STATUSES:
             return Outcome("bad_type", message="returned a value that cannot be read", seen=seen)
         if status != "ok":
-            return Outcome(status, message=_text(g.get("msg")), seen=seen)
+            return Outcome(status, message=_clip_str(g.get("msg")), seen=seen)
         try:
-            value = _decode_value(g.get("value"), g["_blobs"], self.budget)
-        except _BadResult as e:
+            value = decode_value(g.get("value"), g["_blobs"], self.budget)
+        except BadResult as e:
             return Outcome("bad_type", message=str(e), seen=seen)
         except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as e:
             return Outcome("bad_type", message=f"returned a value that cannot be read ({type(e).__name__})",
                            seen=seen)
         return Outcome("ok", value=value, seen=seen)
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How a job's student process ended, from the supervisor's end frame (see
+    :mod:`.worker.zygote`): ``kind`` is ``"exit"`` (``detail``: the exit code), ``"signal"``
+    (its name), ``"memory"``, ``"protocol"`` (malformed frames), ``"review"``, ``"lost"`` (the
+    worker died or hung), or another reason of the supervisor's, with ``detail`` in words."""
+
+    kind: str
+    detail: str = ""
+
+    @staticmethod
+    def of(end: dict, bye: bool) -> tuple[str, _Ending]:
+        """The run's status and the ending, from an end frame (``bye``: the calls all ended)."""
+        status = end.get("status")
+        if status == "exited":
+            code, sig = end.get("exit_code"), end.get("signal")
+            if type(code) is int:
+                return ("ok" if bye and code == 0 else "crashed"), _Ending("exit", str(code))
+            if isinstance(sig, str):
+                return "crashed", _Ending("signal", _clip_str(sig, 40))
+            return "crashed", _Ending("other", _clip_str(end.get("message"), 2000))
+        if status == "timeout":
+            return "timeout", _Ending("timeout")
+        if status == "crashed":
+            reason = end.get("reason")
+            kind = reason if reason in ("memory", "protocol") else "other"
+            return "crashed", _Ending(kind, _clip_str(end.get("message"), 2000))
+        return "crashed", _Ending("protocol")
 
 
 # --------------------------------------------------------------------------- runner
@@ -661,14 +339,14 @@ class Runner:
         self.uid = BASE_UID + self.slot
         self.hide = [str(h) for h in (hide or [])]
         if isolation is not None:
-            if isolation not in ("bubblewrap", "namespaces", "none"):
+            if isolation not in iso.ISOLATION_LEVELS:
                 raise ValueError(f"unknown isolation {isolation!r}")
-            if isolation != "none" and not _probe(isolation):
+            if isolation != "none" and not iso.probe(isolation):
                 raise SandboxUnavailable(f"{isolation} isolation does not work on this machine")
         elif mode == "off":
             isolation = "none"
         else:
-            isolation = detect_isolation()
+            isolation = iso.detect_isolation()
             if mode == "required" and isolation not in ("bubblewrap", "namespaces"):
                 raise SandboxUnavailable(
                     "no sandbox is available here (needs bubblewrap, or root with Linux namespaces); "
@@ -677,7 +355,7 @@ class Runner:
         self.cgroup: MemoryCgroup | None = None
         self._proc: subprocess.Popen | None = None
         self._ready = False
-        self._log = None
+        self._log: IO[bytes] | None = None
         self._tmp: str | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -696,7 +374,7 @@ class Runner:
     def _cleanup(state: list) -> None:
         proc, tmp, cgroup = state
         if proc is not None and proc.poll() is None:
-            _killpg(proc)
+            iso.killpg(proc)
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -711,7 +389,7 @@ class Runner:
             cgroup.remove()
 
     def _start(self) -> None:
-        cmd, env, tmp = _command(self.isolation, self.hide)
+        cmd, env, tmp = iso.command(self.isolation, self.hide)
         if self.cgroup is None:
             self.cgroup = MemoryCgroup.create(f"course-lib-{os.getpid()}-slot{self.slot}")
         if self.cgroup is not None:
@@ -719,10 +397,11 @@ class Runner:
             cmd = self.cgroup.wrap(cmd)
         self._log = tempfile.TemporaryFile()
         self._tmp = tmp
-        self._proc = _spawner.popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self._proc = iso.spawner.popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=self._log, start_new_session=True, cwd="/", close_fds=True)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
         os.set_blocking(self._proc.stdin.fileno(), False)
-        self._reader = _worker.FrameReader(max_header=64 << 20, max_total=1 << 62)
+        self._reader = protocol.FrameReader(max_header=64 << 20, max_total=1 << 62)
         self._ready = False
         self._pending: list = []
         self._finalizer.detach()
@@ -732,14 +411,15 @@ class Runner:
         proc, tmp = self._proc, self._tmp
         self._proc, self._tmp, self._ready = None, None, False
         if proc is not None:
-            _killpg(proc)
+            iso.killpg(proc)
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
             for f in (proc.stdin, proc.stdout):
                 try:
-                    f.close()
+                    if f is not None:
+                        f.close()
                 except OSError:
                     pass
         if tmp:
@@ -748,8 +428,16 @@ class Runner:
             self._log.close()
             self._log = None
 
+    def _stream(self, name: str) -> int:
+        """The file descriptor of the worker's ``stdin`` or ``stdout`` (ValueError once stopped)."""
+        f = getattr(self._proc, name, None)
+        if f is None:
+            raise ValueError("the sandbox worker is not running")
+        return f.fileno()
+
     def _log_tail(self) -> str:
         try:
+            assert self._log is not None
             self._log.seek(0)
             return self._log.read().decode("utf-8", "replace")[-2000:]
         except (OSError, ValueError, AttributeError):
@@ -757,7 +445,7 @@ class Runner:
 
     def _read_frame(self, deadline: float) -> tuple[dict, list[bytes]] | None:
         """The worker's next frame, or None at EOF or past the deadline."""
-        fd = self._proc.stdout.fileno()
+        fd = self._stream("stdout")
         while True:
             if self._pending:
                 header, blobs, _raw = self._pending.pop(0)
@@ -778,7 +466,7 @@ class Runner:
             self._reader.feed(data)
 
     def _write(self, data: bytes, deadline: float) -> bool:
-        fd = self._proc.stdin.fileno()
+        fd = self._stream("stdin")
         view = memoryview(data)
         while view:
             left = deadline - time.monotonic()
@@ -798,7 +486,7 @@ class Runner:
 
     def _send(self, header: dict, blobs, deadline: float) -> bool:
         try:
-            return self._write(_worker.encode_frame(header, blobs), deadline)
+            return self._write(protocol.encode_frame(header, blobs), deadline)
         except (OSError, ValueError):
             return False
 
@@ -845,7 +533,7 @@ class Runner:
             deadline = t0 + self.limits.submission_seconds + _WATCHDOG_GRACE
             oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
             self._pending = []
-            self._reader = _worker.FrameReader(max_header=1 << 20, max_total=_worker.MAX_RESULT_BYTES + (8 << 20))
+            self._reader = protocol.FrameReader(max_header=1 << 20, max_total=protocol.MAX_RESULT_BYTES + (8 << 20))
             lost = "the sandbox stopped responding"
             conv = _Conversation(self, job, secrets.token_bytes(32), deadline)
             end: dict | None = None
@@ -874,24 +562,20 @@ class Runner:
                     self._start()
                 except OSError:
                     pass
-                status, message, tail = "crashed", lost, ""
+                status, why_ended, tail = "crashed", _Ending("lost", lost), ""
             else:
-                status = end.get("status")
-                if status == "fatal":
+                if end.get("status") == "fatal":
                     self._stop()
                     raise SandboxUnavailable(valid_utf8(end.get("message"))[:2000])
-                message, tail = _text(end.get("message"), 2000), valid_utf8(end.get("tail"))[-8000:]
-                if status == "exited":
-                    status = "ok" if conv.bye and message == "exit:0" else "crashed"
-                elif status not in ("timeout", "crashed"):
-                    status, message = "crashed", "protocol"
-                if message.startswith("protocol"):  # only bytes written to the channel by student code
+                status, why_ended = _Ending.of(end, conv.bye)
+                tail = valid_utf8(end.get("tail"))[-8000:]
+                if why_ended.kind == "protocol":  # only bytes written to the channel by student code
                     conv.violations.append("malformed data on the grader's channel")
             if conv.violations:
-                status, message = "review", "; ".join(conv.violations)
+                status, why_ended = "review", _Ending("review", "; ".join(conv.violations))
             elif oom and status == "crashed":
-                message = "memory"
-            message = self._message(status, message)
+                why_ended = _Ending("memory")
+            message = self._message(status, why_ended)
             why = {"timeout": f"the notebook was stopped after {self.limits.submission_seconds:g} s (timed out)",
                    "crashed": "the notebook's process crashed",
                    "review": "the submission is held for review"}.get(status, "no result came back")
@@ -911,11 +595,13 @@ class Runner:
                              reference_access=conv.refs, status=status, message=message, output_tail=tail,
                              seconds=time.monotonic() - t0, not_own=conv.not_own, violations=conv.violations)
 
-    def _message(self, status: str, detail: str) -> str:
+    def _message(self, status: str, ending: _Ending) -> str:
+        """The sentence for the student about how the notebook's process ended."""
         if status == "ok":
             return ""
         lim = self.limits
         rest = " Calls that had not run yet count as failed."
+        kind, detail = ending.kind, ending.detail
         if status == "review":
             return ("Your notebook's process sent the grader data it did not ask for (" + detail + "). Nothing "
                     "it sent is graded: the submission is held for an instructor to review.")
@@ -923,18 +609,18 @@ class Runner:
             return (f"Your notebook was stopped after {lim.submission_seconds:g} s, the time limit for a whole "
                     f"submission (an infinite loop, or code that ignores the {lim.call_seconds:g} s limit per "
                     f"call?).{rest}")
-        if detail.startswith("exit:"):
-            return (f"Your notebook's process exited (exit code {detail[5:]}) before grading finished "
+        if kind == "exit":
+            return (f"Your notebook's process exited (exit code {detail}) before grading finished "
                     f"(os._exit(), or a library that crashed).{rest}")
-        if detail == "memory":
+        if kind == "memory":
             return (f"Your notebook was stopped for using more memory than allowed ({lim.memory_mb} MB for all its "
                     f"processes together).{rest}")
-        if detail == "signal:SIGKILL":
+        if kind == "signal" and detail == "SIGKILL":
             return ("Your notebook's process was killed before grading finished, most likely for using too "
                     f"much memory (limit {lim.memory_mb} MB) or CPU time.{rest}")
-        if detail.startswith("signal:"):
-            return f"Your notebook's process crashed ({detail[7:]}) before grading finished.{rest}"
-        if detail.startswith("protocol"):
+        if kind == "signal":
+            return f"Your notebook's process crashed ({detail}) before grading finished.{rest}"
+        if kind == "protocol":
             return f"Your notebook's process sent malformed results and was stopped.{rest}"
         return f"Your notebook's process stopped unexpectedly ({detail or 'no details'}).{rest}"
 
@@ -947,8 +633,9 @@ class Runner:
             proc = self._proc
             if proc is not None and proc.poll() is None and self._ready:
                 try:
-                    self._write(_worker.encode_frame({"t": "exit"}), time.monotonic() + 1.0)
-                    proc.stdin.close()
+                    self._write(protocol.encode_frame({"t": "exit"}), time.monotonic() + 1.0)
+                    if proc.stdin is not None:
+                        proc.stdin.close()
                     proc.wait(timeout=2)
                 except (OSError, ValueError, subprocess.TimeoutExpired):
                     pass
@@ -956,7 +643,7 @@ class Runner:
             self._finalizer.detach()
             Runner._cleanup([None, None, self.cgroup])
 
-    def __enter__(self) -> "Runner":
+    def __enter__(self) -> Runner:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,0 +1,125 @@
+"""The grader's side of the value codec: call arguments out, results back as plain tensors.
+
+The tree format and its checks are shared with the worker (:mod:`.worker.protocol`); here is
+only what needs numpy and torch: a tensor argument written as ``.npy`` bytes, and a result's
+``.npy`` bytes read back, checked before anything is allocated and never unpickled, each
+array at most once and all of a submission's arrays within a fixed budget.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...grading.core import Call
+from .worker.protocol import MAX_DEPTH, MAX_ITEMS, RESULT_TAGS, CodecError, Header, decode_tree, float_node, tensor_node
+
+MAX_DECODED_BYTES = 64 << 20  # all arrays of one submission together, once decoded
+_NPY_DTYPES = {np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                     "uint64", "float16", "float32", "float64")}
+
+
+class BadResult(Exception):
+    """A result that cannot be turned into plain data: the call counts as bad_type."""
+
+
+def encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> Header:
+    """A call argument's node; tensors are appended to ``blobs`` as ``.npy`` bytes."""
+    if depth > MAX_DEPTH:
+        raise TypeError("call argument nested too deeply")
+    if isinstance(v, torch.Tensor):
+        x = v.detach().cpu()
+        dtype = str(x.dtype)
+        if x.dtype == torch.bfloat16:
+            x = x.to(torch.float32)
+        buf = io.BytesIO()
+        np.save(buf, x.resolve_conj().resolve_neg().contiguous().numpy(), allow_pickle=False)
+        blobs.append(buf.getvalue())
+        return tensor_node(len(blobs) - 1, dtype)
+    if v is None:
+        return {"t": "none"}
+    if type(v) is bool:
+        return {"t": "bool", "v": v}
+    if type(v) is int:
+        return {"t": "int", "v": v}
+    if type(v) is float:
+        return float_node(v)
+    if type(v) is str:
+        return {"t": "str", "v": v}
+    if type(v) in (tuple, list):
+        return {"t": type(v).__name__, "items": [encode_arg(a, blobs, depth + 1) for a in v]}
+    raise TypeError("call arguments must be tensors, numbers, strings, None or tuples of those, "
+                    f"not {type(v).__name__}")
+
+
+def encode_call(i: int, name: str, call: Call) -> tuple[Header, list[bytes]]:
+    """The request frame of call number ``i`` (of function ``name``)."""
+    blobs: list[bytes] = []
+    header = {"t": "call", "id": i, "fn": name, "args": [encode_arg(a, blobs) for a in call.args],
+              "kwargs": [[str(k), encode_arg(v, blobs)] for k, v in call.kwargs.items()]}
+    return header, blobs
+
+
+def load_npy(data: bytes) -> np.ndarray:
+    """An array from ``.npy`` bytes, checked before anything is allocated; never unpickles."""
+    fp = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp, max_header_size=10000)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp, max_header_size=10000)
+        else:
+            raise ValueError("unknown .npy version")
+    except (ValueError, OSError, SyntaxError, TypeError) as e:
+        raise BadResult(f"returned data that is not a readable array ({e})") from None
+    if dtype.newbyteorder("=") not in _NPY_DTYPES or dtype.hasobject or dtype.fields:
+        raise BadResult(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
+    if not isinstance(shape, tuple) or len(shape) > 32 or not all(type(s) is int and s >= 0 for s in shape):
+        raise BadResult("returned a tensor of an invalid shape")
+    count = math.prod(shape)
+    offset = fp.tell()
+    if count * dtype.itemsize != len(data) - offset:
+        raise BadResult("returned a tensor whose data does not match its shape")
+    arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    arr = arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape)
+    return arr.astype(dtype.newbyteorder("="), order="C", copy=True)  # (np.ascontiguousarray makes 0-d 1-d)
+
+
+class Budget:
+    """Decoded bytes left for one submission."""
+
+    def __init__(self, total: int = MAX_DECODED_BYTES):
+        self.left = total
+
+    def take(self, n: int) -> None:
+        if n > self.left:
+            raise BadResult(f"returned more than {MAX_DECODED_BYTES >> 20} MB of arrays in all")
+        self.left -= n
+
+
+def decode_value(node: Any, blobs: list[bytes], budget: Budget | None = None) -> Any:
+    """Plain data from a reply's value tree. Each blob may be used once (an honest reply never
+    refers to one array twice), and the decoded bytes come out of ``budget``."""
+    budget = budget if budget is not None else Budget()
+    used: set[int] = set()
+
+    def tensor(n: Header, blob: bytes) -> torch.Tensor:
+        b = n["b"]
+        if b in used:
+            raise BadResult("returned a value that refers to the same array twice")
+        used.add(b)
+        budget.take(len(blob))
+        x = torch.from_numpy(load_npy(blob))
+        if n.get("dtype") == "torch.bfloat16" and x.dtype == torch.float32:
+            x = x.to(torch.bfloat16)
+        return x
+
+    try:
+        return decode_tree(node, blobs, tensor, RESULT_TAGS, max_items=MAX_ITEMS)
+    except CodecError:
+        raise BadResult("returned a value of an unexpected form") from None

@@ -1,0 +1,21 @@
+"""The sandbox worker: runs untrusted notebook code for the autograder.
+
+A package of the standard library only (numpy, torch and matplotlib only where the jailed
+student side needs them), started as its own Python process (:mod:`.__main__`), usually
+inside bubblewrap, with this folder bound read-only into the jail; it must never import
+``course_lib`` (it runs where the course's source is not readable). The grader imports only
+:mod:`.protocol` from it. This file imports nothing.
+
+* :mod:`.protocol`: the wire protocol used by both sides (framing, signed frames, size
+  limits, value trees).
+* :mod:`.syscalls`: C library wrappers and the seccomp filters.
+* :mod:`.jail`: the per-job jail (used by every job and by the probe).
+* :mod:`.zygote`: the warm zygote and the supervisor of each job.
+* :mod:`.student`: the jailed student process (cells, then calls).
+* :mod:`.rootfs`: namespaces mode's root file system.
+
+Modes (``--isolation``): ``bubblewrap`` (already inside bwrap; per-job namespaces),
+``namespaces`` (the zygote first builds its own allowlisted root with ``pivot_root`` and a
+new network namespace, then the same per-job namespaces), ``none`` (a forked process per
+job with rlimits and seccomp only).
+"""

@@ -1,0 +1,684 @@
+"""The jailed student process: the notebook's cells, then the grader's calls.
+
+Forked by the job's supervisor (:mod:`.zygote`) as PID 1 of a new PID namespace, it sets up
+its jail as root (:mod:`.jail`), reports "setup done" on a pipe that it closes before any
+student code runs (so a failed setup is told apart from anything a student can do), drops to
+an unprivileged uid with the seccomp filter, runs the cells, then answers the grader's calls
+**one at a time** (a call's inputs arrive only when the grader asks for it).
+
+Every frame it sends carries a sequence number and an HMAC under the job's key
+(:func:`.protocol.encode_signed_frame`). Student code shares this process, so it can write to
+the pipe; without the key (which only introspection of the harness could find, and the static
+scan flags introspection) a written frame is a forgery, and the grader holds the submission
+for review. What the student prints goes to a different pipe, so printed text can never pass
+for a result.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import linecache
+import math
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+import types
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from . import syscalls as sc
+from .jail import drop_privileges, enter_jail
+from .protocol import (
+    ARG_TAGS,
+    CALL_WALL_FACTOR,
+    MAX_DEPTH,
+    MAX_ITEMS,
+    MAX_RESULT_BYTES,
+    REQUESTS_FD,
+    RESULTS_FD,
+    SETUP_FD,
+    Header,
+    decode_tree,
+    encode_signed_frame,
+    float_node,
+    read_frame_blocking,
+    tensor_node,
+    write_all,
+)
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+class _Deadline(BaseException):
+    """Raised by the time-limit signals; a BaseException so ``except Exception`` does not eat it."""
+
+
+_TIMER_SIGNALS = (signal.SIGALRM, signal.SIGPROF)
+_OWN_DIR = os.path.dirname(__file__)  # the worker's own code: a deadline is never raised in it
+_timer = {"armed": False, "fired": False}
+
+
+def _own_code(frame: types.FrameType) -> bool:
+    return os.path.dirname(frame.f_code.co_filename) == _OWN_DIR
+
+
+def _on_timer(signum: int, frame: types.FrameType | None) -> None:
+    """Past a time limit: raise in the student's code (again every 0.1 s until disarmed).
+
+    An exception raised where Python ignores it (a fork hook, a destructor: "Exception
+    ignored in ...") must not make the limit go away, so the frames that called the
+    interrupted one are also marked to raise at their next line (through the trace hook).
+    Never raised inside the worker's own code (between the student's code and the disarm).
+    """
+    if not _timer["armed"]:
+        return
+    _timer["fired"] = True
+    if frame is None or _own_code(frame):
+        return
+    f, marked = frame.f_back, False
+    while f is not None and not _own_code(f):
+        f.f_trace = _trace_raise
+        marked = True
+        f = f.f_back
+    if marked:
+        sys.settrace(_trace_none)
+    raise _Deadline()
+
+
+def _trace_none(frame: types.FrameType, event: str, arg: Any) -> None:
+    return None
+
+
+def _trace_raise(frame: types.FrameType, event: str, arg: Any) -> Any:
+    if _timer["armed"] and event == "line":
+        raise _Deadline()
+    return _trace_raise if _timer["armed"] else None
+
+
+def _arm(wall: float, cpu: float | None = None) -> None:
+    _timer["fired"] = False
+    signal.signal(signal.SIGALRM, _on_timer)
+    signal.signal(signal.SIGPROF, _on_timer)
+    _timer["armed"] = True
+    signal.setitimer(signal.ITIMER_REAL, max(wall, 0.001), 0.1)
+    if cpu is not None:
+        signal.setitimer(signal.ITIMER_PROF, max(cpu, 0.001), 0.1)
+
+
+def _disarm() -> None:
+    _timer["armed"] = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    sys.settrace(None)
+
+
+class _Out(io.TextIOBase):
+    """sys.stdout / sys.stderr of the student: writes to fd 1 until the shared cap, then drops."""
+
+    def __init__(self, fd: int, counter: list[int], cap: int, name: str):
+        self._fd, self._counter, self._cap, self._name = fd, counter, cap, name
+        self.buffer = _OutBytes(self)
+
+    def _write_bytes(self, data: bytes) -> None:
+        room = self._cap - self._counter[0]
+        self._counter[0] += len(data)
+        if room <= 0:
+            return
+        try:
+            write_all(self._fd, data[:room])
+        except OSError:
+            pass
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        self._write_bytes(s.encode("utf-8", "replace"))
+        return len(s)
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def flush(self) -> None:
+        pass
+
+
+class _OutBytes(io.RawIOBase):
+    """``sys.stdout.buffer``: bytes, to the same capped output."""
+
+    def __init__(self, text: _Out):
+        self._text = text
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        data = bytes(b)
+        self._text._write_bytes(data)
+        return len(data)
+
+
+def _short(msg: object, limit: int = 300) -> str:
+    msg = " ".join(str(msg).split())
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
+def _safe_str(e: BaseException) -> str:
+    try:
+        return _short(str(e))
+    except BaseException:  # noqa: BLE001 - a student exception whose __str__ fails
+        return "(message could not be shown)"
+
+
+def _guarded(fn: Callable[[], T], default: D) -> T | D:
+    """fn() with a 1 s limit (it may run student code: an exception's __str__), else default."""
+    try:
+        _arm(1.0)
+        try:
+            return fn()
+        finally:
+            _disarm()
+    except BaseException:  # noqa: BLE001
+        return default
+
+
+def _install_stubs(sender: _Sender) -> None:
+    """Fake ``course_lib`` modules: check() and when_implemented work; anything else is refused and reported."""
+    import importlib.machinery
+
+    seen: set[tuple[str, str]] = set()
+
+    def report(name: str, kind: str = "accessed") -> None:
+        if (name, kind) not in seen:
+            seen.add((name, kind))
+            sender.send({"t": "ref", "name": name, "kind": kind})
+
+    def refusal(name: str) -> str:
+        return (f"{name} is one of the course's reference implementations; it is not available while "
+                "grading (graded code must be your own)")
+
+    class StubModule(types.ModuleType):
+        def __getattr__(self, attr: str) -> Any:
+            if attr.startswith("__") and attr.endswith("__"):
+                raise AttributeError(attr)
+            name = f"{self.__name__}.{attr}"
+            report(name)
+            raise AttributeError(refusal(name))
+
+        def __setattr__(self, attr: str, value: Any) -> None:
+            name = f"{self.__name__}.{attr}"
+            report(name, "modified")
+            raise AttributeError(f"{name} cannot be changed while grading")
+
+        def __delattr__(self, attr: str) -> None:
+            name = f"{self.__name__}.{attr}"
+            report(name, "modified")
+            raise AttributeError(f"{name} cannot be changed while grading")
+
+    def make(name: str, **attrs: Any) -> types.ModuleType:
+        m = StubModule(name)
+        m.__dict__["__spec__"] = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        m.__dict__["__path__"] = []
+        m.__dict__["__loader__"] = None
+        m.__dict__["__package__"] = name
+        m.__dict__.update(attrs)
+        return m
+
+    def check(*args: Any, **kwargs: Any) -> None:
+        """No-op while grading: the grader runs the checks itself."""
+        return None
+
+    class when_implemented:
+        """Swallows NotImplementedError from the block (as in the course library)."""
+
+        def __enter__(self) -> when_implemented:
+            return self
+
+        def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+            if exc_type is not None and issubclass(exc_type, NotImplementedError):
+                print("Not implemented yet: finish the function(s) above, then run this cell again.")
+                return True
+            return False
+
+    grading = make("course_lib.grading", check=check, when_implemented=when_implemented)
+    root = make("course_lib", grading=grading)
+    for name in [n for n in sys.modules if n == "course_lib" or n.startswith("course_lib.")]:
+        del sys.modules[name]
+    sys.modules["course_lib"] = root
+    sys.modules["course_lib.grading"] = grading
+
+    class CourseLibFinder:
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+            if (name == "course_lib" or name.startswith("course_lib.")) and name not in sys.modules:
+                report(name)
+                raise ImportError(refusal(name), name=name)
+            return None
+
+        @staticmethod
+        def invalidate_caches() -> None:
+            pass
+
+    sys.meta_path.insert(0, CourseLibFinder)
+
+
+
+
+def load_opwatch(source: str) -> types.ModuleType:
+    """The runtime-watch module (course_lib/grading/opwatch.py, read when the worker started)."""
+    module = types.ModuleType("_course_opwatch")
+    exec(compile(source, "<opwatch>", "exec"), module.__dict__)
+    return module
+
+
+class _Sender:
+    """The student process's frames to the supervisor over fd 3, each with a sequence number and an HMAC under the
+    job's key, so that bytes written to the pipe by student code are told apart."""
+
+    def __init__(self, fd: int, key: bytes):
+        self.fd = fd
+        self._key = key
+        self.seq = 0
+        self.pid = os.getpid()
+        self.broken = False
+
+    def send(self, header: Header, blobs: Iterable[bytes] = ()) -> None:
+        """Send one frame (never interrupted by a time-limit signal halfway); after a failed
+        write, nothing more."""
+        if self.broken:
+            return
+        data = encode_signed_frame(header, blobs, self.seq, self._key)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _TIMER_SIGNALS)
+        try:
+            write_all(self.fd, data)
+            self.seq += 1
+        except OSError:
+            self.broken = True
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def run_student(isolated: bool, job: Header, res_w: int, req_r: int, out_w: int, setup_w: int,
+                scratch_host: str | None, opwatch_source: str) -> int:
+    """The student's process: set up the jail, drop privileges, run the student's cells and
+    answer the calls. Returns the exit code."""
+    limits = job["limits"]
+    uid = int(job["uid"])
+    scratch = enter_jail(isolated, uid, int(limits["scratch_mb"]), scratch_host)
+    # fds: 0 = /dev/null, 1 and 2 = output pipe, 3 = our frames, 4 = requests, 5 = setup; nothing else open.
+    devnull = os.open("/dev/null", os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    os.dup2(res_w, RESULTS_FD)
+    os.dup2(req_r, REQUESTS_FD)
+    os.dup2(setup_w, SETUP_FD)
+    os.closerange(SETUP_FD + 1, max(1 << 16, os.sysconf("SC_OPEN_MAX")))
+    for fd in (0, 1, 2):
+        os.set_inheritable(fd, True)
+    with open("/proc/self/statm", "rb") as f:
+        vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    as_limit = vm_bytes + int(limits["memory_mb"]) * (1 << 20)
+    cpu = int(math.ceil(float(limits["submission_seconds"]))) + 2
+    rlimits = ((resource.RLIMIT_AS, as_limit), (resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu),
+               (resource.RLIMIT_FSIZE, int(limits["output_bytes"])), (resource.RLIMIT_NOFILE, 256),
+               (resource.RLIMIT_NPROC, int(limits["processes"])), (resource.RLIMIT_MSGQUEUE, 0))
+    watch_module = load_opwatch(opwatch_source)  # resolved before any student code can patch torch
+    harness = StudentHarness(job, limits, watch_module)
+    drop_privileges(isolated, uid, rlimits)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.chdir(scratch)
+    os.environ.update({"HOME": scratch, "TMPDIR": scratch, "USER": "student", "LOGNAME": "student"})
+    import tempfile
+    tempfile.tempdir = None
+    write_all(SETUP_FD, b"K")
+    os.close(SETUP_FD)
+    return harness.run()
+
+
+class StudentHarness:
+    """The student process's Python side, after the jail is set up.
+
+    :meth:`run` runs the notebook's cells in a fresh ``__main__`` (each under the cell time
+    limit, with fake ``course_lib`` modules and capped output), kills what they left running,
+    then forks a single-threaded child that answers the grader's calls one at a time
+    (:meth:`_serve_calls`: each call's inputs arrive only when it is made; each call runs under
+    the call limits and the runtime watch; its result is encoded as plain arrays). Every frame
+    goes out signed through :class:`_Sender`.
+    """
+
+    def __init__(self, job: Header, limits: dict[str, Any], watch_module: types.ModuleType):
+        import numpy
+        import torch
+
+        self.np, self.torch = numpy, torch
+        self._Tensor = torch.Tensor
+        self._from_numpy = torch.from_numpy
+        self._np_load = numpy.load
+        self._np_save = numpy.save
+        self._FunctionType = types.FunctionType
+        self.cells = list(job["cells"])
+        self.names = list(job["names"])
+        self.watches = {n: watch_module.OpWatch(**spec) for n, spec in job.get("watch", {}).items()}
+        self.limits = limits
+        self.call_seconds = float(limits["call_seconds"])
+        self.cell_seconds = float(limits["cell_seconds"])
+        self.sender = _Sender(RESULTS_FD, bytes.fromhex(job["key"]))
+        self.channel = (os.fstat(RESULTS_FD).st_ino, os.fstat(REQUESTS_FD).st_ino)
+        self.result_bytes = 0
+
+    # ------------------------------------------------------------ helpers
+    def _kill_strays(self, wait: float = 2.0) -> None:
+        """Kill every other process in this PID namespace (fork bombs, daemons, leftovers) and
+        reap them (for up to ``wait`` seconds: until reaped they still count against the uid's
+        process limit)."""
+        if os.getpid() == 1 and os.getuid() != 0:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            until = time.monotonic() + wait
+            while True:
+                try:
+                    pid, _ = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    if time.monotonic() > until:
+                        break
+                    time.sleep(0.002)
+
+    def _tensor_arg(self, node: Header, blob: bytes) -> Any:
+        arr = self._np_load(io.BytesIO(blob), allow_pickle=False)
+        x = self._from_numpy(arr)
+        if node.get("dtype") == "torch.bfloat16":
+            x = x.to(self.torch.bfloat16)
+        return x
+
+    def _decode_arg(self, node: Any, blobs: list[bytes]) -> Any:
+        return decode_tree(node, blobs, self._tensor_arg, ARG_TAGS)
+
+    def _encode(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
+        """Mirror of core.to_plain: exact torch.Tensor, python numbers, tuples/lists of those."""
+        if depth > MAX_DEPTH:
+            raise _BadType("returned a value nested too deeply")
+        t = type(value)
+        if t is self._Tensor:
+            torch = self.torch
+            x = self._Tensor.detach(value)
+            if x.layout != torch.strided:
+                raise _BadType(f"returned a {x.layout} tensor, expected an ordinary (dense) torch.Tensor")
+            if x.device.type != "cpu":
+                x = x.cpu()
+            dtype = str(x.dtype)
+            if x.dtype in (torch.bfloat16,):
+                x = x.to(torch.float32)
+            if x.is_complex() or x.is_quantized:
+                raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
+            arr = x.resolve_conj().resolve_neg().contiguous().numpy()
+            if arr.dtype.kind not in "biuf":
+                raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
+            self.result_bytes += arr.nbytes
+            if self.result_bytes > MAX_RESULT_BYTES // 2:
+                raise _BadType(f"returned more than {MAX_RESULT_BYTES // 2 >> 20} MB of tensors")
+            buf = io.BytesIO()
+            self._np_save(buf, arr, allow_pickle=False)
+            blobs.append(buf.getvalue())
+            return tensor_node(len(blobs) - 1, dtype)
+        if t is tuple or t is list:
+            if len(value) > MAX_ITEMS:
+                raise _BadType(f"returned a {t.__name__} of {len(value)} items")
+            return {"t": "tuple", "items": [self._encode(v, blobs, depth + 1) for v in value]}
+        if t is bool:
+            return {"t": "bool", "v": value}
+        if t is int:
+            if abs(value) >= 1 << 63:
+                return {"t": "float", "v": float(value)}
+            return {"t": "int", "v": value}
+        if t is float:
+            return float_node(value)
+        if isinstance(value, self._Tensor):
+            raise _BadType(f"returned a {t.__name__} (a subclass of torch.Tensor), expected a plain torch.Tensor")
+        raise _BadType(f"returned a {_type_name(t)}, expected a torch.Tensor")
+
+    def _own_function(self, fn: Any) -> str | None:
+        """The graded object is a function written in a notebook cell (possibly decorated); else
+        what it is instead, in words."""
+        f = fn
+        for _ in range(8):
+            if type(f) is self._FunctionType:
+                code = f.__code__
+                if type(code.co_filename) is str and code.co_filename.startswith("<cell "):
+                    return None
+            try:
+                f = object.__getattribute__(f, "__wrapped__")
+            except BaseException:  # noqa: BLE001
+                break
+        return f"a {_type_name(type(fn))}, not a function defined with def in a notebook cell"
+
+    # ------------------------------------------------------------ phases
+    def run(self) -> int:
+        """The cells, then the calls (in a child); returns the exit code."""
+        torch = self.torch
+        import random
+
+        import numpy
+
+        _install_stubs(self.sender)
+        counter = [0]
+        cap = int(self.limits["output_bytes"])
+        sys.stdout = _Out(1, counter, cap, "<stdout>")
+        sys.stderr = _Out(2, counter, cap, "<stderr>")
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        main = types.ModuleType("__main__")
+        main.__dict__["__builtins__"] = builtins
+        main.__dict__["display"] = _display
+        sys.modules["__main__"] = main
+        ns = main.__dict__
+        random.seed(0)
+        numpy.random.seed(0)
+        torch.manual_seed(0)
+        submission_end = time.monotonic() + float(self.limits["submission_seconds"])
+        for i, src in enumerate(self.cells, 1):
+            if src:
+                self._run_cell(i, src, ns, submission_end)
+        self._kill_strays()
+        # The calls run in C, a fork of this process from this thread: threads the cells left
+        # behind do not exist there. C may not start threads or processes, and this process
+        # closes its end of the channel, so nothing of the cells phase can answer a call.
+        for _attempt in range(50):
+            try:
+                pid = os.fork()
+                break
+            except BlockingIOError:  # the uid's process limit, while killed processes are reaped
+                self._kill_strays(0.1)
+        else:
+            return 75
+        if pid == 0:
+            code = 0
+            try:
+                code = self._serve_calls(ns)
+            except BaseException:  # noqa: BLE001 - a harness failure; the grader sees the calls unanswered
+                code = 71
+            os._exit(code)
+        os.closerange(3, max(1 << 16, os.sysconf("SC_OPEN_MAX")))
+        status = os.waitpid(pid, 0)[1]
+        self._kill_strays()
+        return os.waitstatus_to_exitcode(status) & 0xFF
+
+    def _serve_calls(self, ns: dict[str, Any]) -> int:
+        os.closerange(REQUESTS_FD + 1, max(1 << 16, os.sysconf("SC_OPEN_MAX")))
+        if (os.fstat(RESULTS_FD).st_ino, os.fstat(REQUESTS_FD).st_ino) != self.channel:
+            return 73  # the cells replaced the channel's file descriptors: no calls are answered
+        self.torch.set_num_threads(1)
+        sc.forbid_new_processes()
+        missing: list[str] = []
+        not_own: dict[str, str] = {}
+        for name in self.names:
+            fn = ns.get(name)
+            try:
+                ok = fn is not None and callable(fn)
+            except BaseException:  # noqa: BLE001
+                ok = False
+            if not ok:
+                missing.append(name)
+            else:
+                why = self._own_function(fn)
+                if why:
+                    not_own[name] = why
+        self.sender.send({"t": "cells_done", "missing": missing, "not_own": not_own})
+        while True:
+            try:
+                header, blobs = read_frame_blocking(REQUESTS_FD)
+            except (EOFError, ValueError, OSError):
+                return 74
+            t = header.get("t")
+            if t == "finish":
+                self.sender.send({"t": "bye"})
+                return 0
+            if t != "call":
+                continue
+            name = str(header.get("fn"))
+            fn = ns.get(name) if name not in missing and name not in not_own else None
+            reply: Header
+            out: list[bytes]
+            if fn is None:
+                reply, out = {"status": "error", "msg": "not run: no such function"}, []
+            else:
+                reply, out = self._call(fn, header, blobs, self.watches.get(name))
+            reply.update({"t": "reply", "id": header.get("id")})
+            self.sender.send(reply, out)
+
+    def _run_cell(self, i: int, src: str, ns: dict[str, Any], submission_end: float) -> None:
+        fname = f"<cell {i}>"
+        try:
+            linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+            code = compile(src, fname, "exec", dont_inherit=True)
+        except SyntaxError as e:
+            where = f" (line {e.lineno})" if e.lineno else ""
+            self._cell_error(i, f"{type(e).__name__}: {_short(e.msg)}{where}")
+            return
+        except BaseException as e:  # noqa: BLE001 - e.g. a cell too deeply nested to compile
+            self._cell_error(i, f"{type(e).__name__}: {_safe_str(e)}")
+            return
+        limit = min(self.cell_seconds, max(0.05, submission_end - time.monotonic()))
+        try:
+            try:
+                _arm(limit)
+                exec(code, ns)
+            finally:
+                _disarm()
+        except _Deadline:
+            self._kill_strays()
+            self._cell_error(i, f"stopped after {limit:g} s (an infinite loop, or waiting for something?)")
+        except BaseException as e:  # noqa: BLE001 - every student error is a cell error
+            err = e
+            self._cell_error(i, _guarded(lambda: self._describe_cell_exception(err), _type_name(type(err))))
+            tb = err.__traceback__.tb_next if err.__traceback__ is not None else None
+            text = _guarded(lambda: "".join(traceback.format_exception(type(err), err, tb)), "")
+            _guarded(lambda: sys.stderr.write(text), None)
+
+    def _describe_cell_exception(self, e: BaseException) -> str:
+        name = type(e).__name__
+        msg = _safe_str(e)
+        text = f"{name}: {msg}" if msg else name
+        if isinstance(e, SystemExit):
+            text += " (exit() was called; the rest of that cell was skipped)"
+        elif isinstance(e, EOFError):
+            text += " (input() cannot be answered while grading)"
+        elif isinstance(e, MemoryError):
+            text += f" (more than {self.limits['memory_mb']} MB of memory)"
+        return text
+
+    def _cell_error(self, i: int, text: str) -> None:
+        self.sender.send({"t": "cell_error", "msg": f"cell {i}: {text}"})
+
+    def _call(self, fn: Callable[..., Any], header: Header, arg_blobs: list[bytes],
+              watch: Any) -> tuple[Header, list[bytes]]:
+        blobs: list[bytes] = []
+        try:
+            args = tuple(self._decode_arg(a, arg_blobs) for a in header["args"])
+            kwargs = {k: self._decode_arg(v, arg_blobs) for k, v in header["kwargs"]}
+        except Exception as e:  # noqa: BLE001 - the grader's own data: should never happen
+            return {"status": "error", "msg": f"could not rebuild the arguments: {_safe_str(e)}"}, []
+        limit = self.call_seconds
+        if watch is not None:
+            watch.seen = []
+        try:
+            try:
+                _arm(max(limit * CALL_WALL_FACTOR, limit + 5.0), cpu=limit)
+                if watch is not None:
+                    with watch:
+                        value = fn(*args, **kwargs)
+                else:
+                    value = fn(*args, **kwargs)
+                tree = self._encode(value, blobs)
+            finally:
+                _disarm()
+            if _timer["fired"]:
+                raise _Deadline()
+            return {"status": "ok", "value": tree, "seen": list(watch.seen) if watch else []}, blobs
+        except _Deadline:
+            return {"status": "timeout", "msg": f"took longer than {limit:g} s", "seen": _seen(watch)}, []
+        except _BadType as e:
+            return {"status": "bad_type", "msg": _short(e.args[0]), "seen": _seen(watch)}, []
+        except NotImplementedError:
+            return {"status": "not_implemented", "msg": "not implemented yet", "seen": _seen(watch)}, []
+        except RecursionError:
+            return {"status": "error", "msg": "raised RecursionError (infinite recursion?)", "seen": _seen(watch)}, []
+        except MemoryError:
+            mb = self.limits["memory_mb"]
+            return {"status": "error", "msg": f"raised MemoryError (more than {mb} MB of memory)",
+                    "seen": _seen(watch)}, []
+        except BaseException as e:  # noqa: BLE001 - any student error is a graded outcome
+            err = e
+            msg = _guarded(lambda: f"raised {type(err).__name__}: {_safe_str(err)}", "raised an exception")
+            return {"status": "error", "msg": msg, "seen": _seen(watch)}, []
+
+
+def _seen(watch: Any) -> list[str]:
+    try:
+        return [str(s) for s in watch.seen][:20] if watch is not None else []
+    except BaseException:  # noqa: BLE001
+        return []
+
+
+class _BadType(Exception):
+    """A result that cannot be sent as plain data: the call counts as bad_type."""
+
+
+def _type_name(t: type) -> str:
+    try:
+        mod, qual = type.__getattribute__(t, "__module__"), type.__getattribute__(t, "__qualname__")
+        if not isinstance(mod, str) or not isinstance(qual, str):
+            raise TypeError
+        return f"{mod}.{qual}"
+    except BaseException:  # noqa: BLE001
+        return "object of an unknown type"
+
+
+def _display(*objs: Any, **kwargs: Any) -> None:
+    for o in objs:
+        print(repr(o))
