@@ -1,15 +1,63 @@
-"""Greedy and beam-search decoding for the models of :mod:`course_lib.models`."""
+"""Greedy and beam-search decoding, and the protocol of the models they decode.
+
+Every model of :mod:`course_lib.models` is :class:`Decodable`: it encodes a batch of
+sources once (``start``) and then produces the next token's log-probabilities one step at a
+time (``next_log_probs``). :func:`greedy_decode` and :func:`beam_search` are loops around
+these two methods and need nothing else from a model.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from ._checks import check_positive_int
 from .tasks import BOS, EOS, PAD
 
-__all__ = ["greedy_decode", "beam_search"]
+__all__ = ["Decodable", "greedy_decode", "beam_search"]
+
+
+@runtime_checkable
+class Decodable(Protocol):
+    """A model that greedy decoding and beam search can drive, one token at a time.
+
+    The decoder state is the model's own business, with one rule: it is a (nested) dict,
+    list, tuple or dataclass whose tensors all have the batch first, so that beam search
+    can reorder it (any other value, such as a step counter, is passed along as it is).
+    """
+
+    def start(self, src: torch.Tensor, use_cache: bool = True) -> Any:
+        """Encode a batch of sources once; returns the first decoder state.
+
+        Args:
+            src: source token ids.
+            use_cache: for the transformer, decode with a KV cache (same tokens, faster);
+                models without a cache ignore it.
+
+        Shape:
+            - src: :math:`(N, S)`
+        """
+        ...
+
+    def next_log_probs(self, state: Any, y_prev: torch.Tensor) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """One decoder step: feed the previous token, get the next one's log-probabilities.
+
+        Args:
+            state: the state from :meth:`start` or from the previous step.
+            y_prev: the previous token of every sequence (``<bos>`` at the first step).
+
+        Shape:
+            - y_prev: :math:`(N,)`
+            - log_probs: :math:`(N, V)`; weights: :math:`(N, S)`
+
+        Returns:
+            ``(log_probs, new_state, weights)``: the next token's log-probabilities, the
+            state after this step, and this step's attention weights over the source.
+        """
+        ...
 
 
 def _map_state(state, fn):
@@ -27,42 +75,55 @@ def _map_state(state, fn):
 
 
 @torch.no_grad()
-def greedy_decode(model, src: torch.Tensor, max_len: int, use_cache: bool = True, return_weights: bool = False):
+def greedy_decode(
+    model: Decodable,
+    src: torch.Tensor,
+    max_len: int,
+    use_cache: bool = True,
+    return_weights: bool = False,
+    stop_at_eos: bool = True,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Pick the most likely token at every step until ``<eos>`` or ``max_len`` tokens.
 
     Args:
-        model: a model with ``start`` and ``next_log_probs`` (see :mod:`course_lib.models`).
+        model: a :class:`Decodable` model.
         src: source token ids.
         max_len: the most tokens to produce (``<eos>`` included).
         use_cache: for the transformer, decode with a KV cache (same tokens, faster).
         return_weights: also return the attention weights of every step.
+        stop_at_eos: ``True`` (default): after a row's ``<eos>`` its tokens are ``<pad>``,
+            and decoding stops once every row has its ``<eos>``. ``False``: make exactly
+            ``max_len`` steps, ``<eos>`` being a token like any other (to time decoding, or
+            to compare it with teacher forcing).
 
     Shape:
         - src: :math:`(N, S)`
-        - output: :math:`(N, T)` token ids, ``<pad>`` after each row's ``<eos>``;
-          weights :math:`(N, T, S)`
+        - output: :math:`(N, T)` token ids, :math:`T \\le` ``max_len``; weights :math:`(N, T, S)`
 
     Returns:
         The tokens, or ``(tokens, weights)``.
     """
+    check_positive_int("greedy_decode", "max_len", max_len)
     state = model.start(src, use_cache=use_cache)
-    y = torch.full((src.shape[0],), BOS, dtype=torch.long, device=src.device)
-    done = torch.zeros_like(y, dtype=torch.bool)
+    y = torch.full((src.shape[0],), BOS, dtype=torch.long, device=src.device)  # (N,)
+    done = torch.zeros_like(y, dtype=torch.bool)  # (N,)
     tokens, weights = [], []
     for _ in range(max_len):
         log_probs, state, w = model.next_log_probs(state, y)
-        y = log_probs.argmax(-1).masked_fill(done, PAD)  # (N,)
+        y = log_probs.argmax(-1)  # (N,)
+        if stop_at_eos:
+            y = y.masked_fill(done, PAD)  # (N,)
+            done |= y == EOS
         tokens.append(y)
         weights.append(w)
-        done |= y == EOS
-        if done.all():
+        if stop_at_eos and done.all():
             break
     out = torch.stack(tokens, dim=1)  # (N, T)
-    return (out, torch.stack(weights, dim=1)) if return_weights else out
+    return (out, torch.stack(weights, dim=1)) if return_weights else out  # (N, T), (N, T, S)
 
 
 @torch.no_grad()
-def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, alpha: float = 1.0) -> list[int]:
+def beam_search(model: Decodable, src: torch.Tensor, beam_size: int, max_len: int, alpha: float = 1.0) -> list[int]:
     """Beam search for one source sequence, with length normalisation.
 
     Keeps the ``beam_size`` best partial outputs; a finished hypothesis (ending in
@@ -70,7 +131,7 @@ def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, alpha: f
     penalised merely for having more factors below 1 (``alpha = 0`` turns it off).
 
     Args:
-        model: a model with ``start`` and ``next_log_probs``.
+        model: a :class:`Decodable` model.
         src: one source sequence, shape (1, S).
         beam_size: K.
         max_len: the most tokens per hypothesis (``<eos>`` included).

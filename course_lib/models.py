@@ -1,11 +1,15 @@
-"""Complete token-to-token models for the toy tasks, and the decoding interface they share.
+"""Complete token-to-token models for the toy tasks.
 
-Both models expose the same three methods, which :mod:`course_lib.decoding` uses for
-greedy and beam search:
+Both models are :class:`course_lib.decoding.Decodable`, the protocol that greedy decoding
+and beam search use:
 
 - ``start(src) -> state``: encode a batch of sources once;
 - ``next_log_probs(state, y_prev) -> (log_probs (N, V), state, weights)``: one decoder step;
 - the state is a dict of tensors with the batch first, so beam search can reorder it.
+
+:class:`TransformerSeq2Seq` is defined here; the GRU models are
+:class:`course_lib.seq2seq.Seq2SeqAttention`, built by :func:`build_model` as ``"bahdanau"``
+or ``"luong"``.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ from ._checks import check_shapes
 from .positional import SinusoidalPositionalEncoding
 from .seq2seq import Seq2SeqAttention
 from .tasks import PAD
-from .transformer import Transformer
+from .transformer import Transformer, TransformerWeights
 
-__all__ = ["TransformerSeq2Seq", "RNNSeq2Seq", "build_model", "MODELS"]
+__all__ = ["TransformerSeq2Seq", "build_model", "MODELS"]
 
 
 class TransformerSeq2Seq(nn.Module):
@@ -37,6 +41,7 @@ class TransformerSeq2Seq(nn.Module):
 
     Shape:
         - src: :math:`(N, S)`; tgt_in: :math:`(N, T)`; output: :math:`(N, T, V_{tgt})`
+        - weights (with ``need_weights=True``): a :class:`~course_lib.transformer.TransformerWeights`
     """
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model=64, nhead=4, num_encoder_layers=2,
@@ -60,13 +65,17 @@ class TransformerSeq2Seq(nn.Module):
     def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         return self.pos(embedding(tokens) * math.sqrt(self.d_model), start=start)  # (N, T, E)
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced logits for every target position."""
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, *, need_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, TransformerWeights]:
+        """Teacher-forced logits for every target position; with ``need_weights=True``,
+        ``(logits, weights)``, the attention weights of every layer."""
         check_shapes("TransformerSeq2Seq", floating=False, src=(src, "N S"), tgt_in=(tgt_in, "N T"))
         src_mask, tgt_mask = src != self.pad_id, tgt_in != self.pad_id
-        out = self.transformer(self._embed(self.src_embed, src), self._embed(self.tgt_embed, tgt_in),
-                               src_mask, tgt_mask)
-        return self.generator(out)  # (N, T, V)
+        out, weights = self.transformer(self._embed(self.src_embed, src), self._embed(self.tgt_embed, tgt_in),
+                                        src_mask, tgt_mask, need_weights=True)
+        logits = self.generator(out)  # (N, T, V)
+        return (logits, weights) if need_weights else logits
 
     def start(self, src: torch.Tensor, use_cache: bool = True) -> dict:
         """Encode ``src``; with ``use_cache`` the decoder keeps keys and values (a KV cache),
@@ -81,32 +90,22 @@ class TransformerSeq2Seq(nn.Module):
             state["prefix"] = src.new_zeros(src.shape[0], 0)
         return state
 
-    def next_log_probs(self, state: dict, y_prev: torch.Tensor):
-        """Feed the previous token; returns log-probabilities of the next one."""
+    def next_log_probs(self, state: dict, y_prev: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """Feed the previous token; returns ``(log_probs (N, V), new_state, weights (N, S))``,
+        the weights being the last decoder layer's cross-attention, averaged over the heads."""
         t = state["t"]
         if "caches" in state:
             x = self._embed(self.tgt_embed, y_prev[:, None], start=t)  # (N, 1, E)
-            h = self.transformer.decode_step(x, state["caches"], state["src_mask"])[:, -1]  # (N, E)
+            out, weights = self.transformer.decode_step(x, state["caches"], state["src_mask"], need_weights=True)
             state = {**state, "t": t + 1}
         else:
             prefix = torch.cat([state["prefix"], y_prev[:, None]], dim=1)  # (N, t + 1)
-            out = self.transformer.decode(self._embed(self.tgt_embed, prefix), state["memory"], state["src_mask"])
-            h = out[:, -1]  # (N, E)
+            out, weights = self.transformer.decode(self._embed(self.tgt_embed, prefix), state["memory"],
+                                                   state["src_mask"], need_weights=True)
             state = {**state, "prefix": prefix, "t": t + 1}
-        weights = self.transformer.decoder_layers[-1].cross_attn_weights[:, :, -1]  # (N, H, S), newest query
-        return torch.log_softmax(self.generator(h), dim=-1), state, weights.mean(1)  # (N, V), ..., (N, S)
-
-
-class RNNSeq2Seq(Seq2SeqAttention):
-    """:class:`Seq2SeqAttention` with the decoding interface of :class:`TransformerSeq2Seq`."""
-
-    def start(self, src: torch.Tensor, use_cache: bool = True) -> dict:
-        enc, rnn_state = self.encode(src)  # rnn_state: a tensor, or a (h, h~) tuple for Luong
-        return {"enc": enc, "rnn": rnn_state, "t": 0}
-
-    def next_log_probs(self, state: dict, y_prev: torch.Tensor):
-        logits, rnn_state, weights = self.step(y_prev, state["rnn"], state["enc"], state["t"])
-        return torch.log_softmax(logits, dim=-1), {**state, "rnn": rnn_state, "t": state["t"] + 1}, weights
+        h = out[:, -1]  # (N, E), the newest position
+        cross = weights[-1].cross_attn[:, :, -1]  # (N, H, S), the newest query
+        return torch.log_softmax(self.generator(h), dim=-1), state, cross.mean(1)  # (N, V), ..., (N, S)
 
 
 MODELS = ("transformer", "bahdanau", "luong")
@@ -117,5 +116,5 @@ def build_model(name: str, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -
     if name == "transformer":
         return TransformerSeq2Seq(src_vocab_size, tgt_vocab_size, **kwargs)
     if name in ("bahdanau", "luong"):
-        return RNNSeq2Seq(src_vocab_size, tgt_vocab_size, attention=name, **kwargs)
+        return Seq2SeqAttention(src_vocab_size, tgt_vocab_size, attention=name, **kwargs)
     raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")

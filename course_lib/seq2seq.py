@@ -243,8 +243,8 @@ class Seq2SeqAttention(nn.Module):
     # -- whole sequences -----------------------------------------------------------------
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor | None = None):
         """Teacher-forced decoding of ``tgt_in``; returns ``(logits, weights)``."""
-        enc, state = self.encode(src, src_mask)
         check_shapes("Seq2SeqAttention.forward", floating=False, src=(src, "N S"), tgt_in=(tgt_in, "N T"))
+        enc, state = self.encode(src, src_mask)
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):
             step_logits, state, w = self.step(tgt_in[:, t], state, enc, t)
@@ -252,20 +252,29 @@ class Seq2SeqAttention(nn.Module):
             weights.append(w)
         return torch.stack(logits, 1), torch.stack(weights, 1)  # (N, T, V), (N, T, S)
 
-    @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int, src_mask=None):
-        """Greedy decoding; returns ``(tokens (N, <= max_len), weights (N, T, S))``, ``<bos>`` excluded."""
-        check_positive_int("Seq2SeqAttention.greedy_decode", "max_len", max_len)
-        enc, state = self.encode(src, src_mask)
-        y = torch.full((src.shape[0],), bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros_like(y, dtype=torch.bool)
-        tokens, weights = [], []
-        for t in range(max_len):
-            logits, state, w = self.step(y, state, enc, t)
-            y = logits.argmax(-1).masked_fill(done, self.pad_id)  # (N,)
-            tokens.append(y)
-            weights.append(w)
-            done |= y == eos_id
-            if done.all():
-                break
-        return torch.stack(tokens, 1), torch.stack(weights, 1)
+    # -- decoding (the protocol of course_lib.decoding.Decodable) -------------------------
+    def start(self, src: torch.Tensor, use_cache: bool = True) -> dict:
+        """Encode ``src`` for :func:`~course_lib.decoding.greedy_decode` and
+        :func:`~course_lib.decoding.beam_search`; ``use_cache`` is ignored (an RNN has no cache).
+
+        Shape:
+            - src: :math:`(N, S)`
+
+        Returns:
+            The decoder state: the encoded source, the decoder's first state and the step ``t``.
+        """
+        enc, rnn_state = self.encode(src)  # rnn_state: a tensor, or a (h, h~) tuple for Luong
+        return {"enc": enc, "rnn": rnn_state, "t": 0}
+
+    def next_log_probs(self, state: dict, y_prev: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """One decoder step from the previous token; see :class:`course_lib.decoding.Decodable`.
+
+        Shape:
+            - y_prev: :math:`(N,)`
+            - log_probs: :math:`(N, V_{tgt})`; weights: :math:`(N, S)`
+
+        Returns:
+            ``(log_probs, new_state, weights)``.
+        """
+        logits, rnn_state, weights = self.step(y_prev, state["rnn"], state["enc"], state["t"])
+        return torch.log_softmax(logits, dim=-1), {**state, "rnn": rnn_state, "t": state["t"] + 1}, weights

@@ -8,9 +8,16 @@ Both arrangements of the residual blocks are supported:
 
 As in :class:`torch.nn.Transformer`, the encoder and decoder stacks each end with one more
 LayerNorm, in both arrangements, so that ``from_torch`` reproduces PyTorch exactly.
+
+Attention weights are returned, not kept on the modules: as with ``need_weights`` of
+:class:`torch.nn.MultiheadAttention`, every forward method takes ``need_weights=False`` and,
+when it is ``True``, returns ``(output, weights)`` instead of the output alone.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, overload
 
 import torch
 import torch.nn as nn
@@ -22,11 +29,56 @@ from .layernorm import LayerNorm, add_and_norm
 from .masks import causal_mask
 from .multihead import MultiHeadAttention
 
-__all__ = ["EncoderLayer", "DecoderLayer", "Transformer"]
+__all__ = ["EncoderLayer", "DecoderLayer", "Transformer", "DecoderLayerWeights", "TransformerWeights"]
+
+
+class DecoderLayerWeights(NamedTuple):
+    """The attention weights of one decoder layer, per head.
+
+    Shape:
+        - self_attn: :math:`(N, H, L, L)` (one row per new position in :meth:`DecoderLayer.step`)
+        - cross_attn: :math:`(N, H, L, S)`
+    """
+
+    self_attn: torch.Tensor
+    cross_attn: torch.Tensor
+
+
+class TransformerWeights(NamedTuple):
+    """The attention weights of every layer of a :class:`Transformer`, first layer first.
+
+    Shape:
+        - encoder: one :math:`(N, H, S, S)` tensor per encoder layer
+        - decoder: one :class:`DecoderLayerWeights` per decoder layer
+    """
+
+    encoder: list[torch.Tensor]
+    decoder: list[DecoderLayerWeights]
+
+
+# The residual blocks were once called block1, block2, block3 (by position); checkpoints saved
+# then still load (see _rename_old_block_keys).
+_OLD_BLOCK_NAMES = {
+    "EncoderLayer": {"block1": "self_attn_block", "block2": "ff_block"},
+    "DecoderLayer": {"block1": "self_attn_block", "block2": "cross_attn_block", "block3": "ff_block"},
+}
+
+
+def _rename_old_block_keys(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """A load_state_dict pre-hook: rename ``{prefix}block1.*`` and the like to the role names."""
+    renames = _OLD_BLOCK_NAMES[type(module).__name__]
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        old, _, rest = key[len(prefix) :].partition(".")
+        if old in renames:
+            state_dict[f"{prefix}{renames[old]}.{rest}"] = state_dict.pop(key)
 
 
 class _Residual(nn.Module):
-    """One residual block around a sublayer, post-LN or pre-LN, with dropout on its output."""
+    """One residual block around a sublayer, post-LN or pre-LN, with dropout on its output.
+
+    The sublayer returns ``(output, extra)``, e.g. attention's ``(output, weights)``; the
+    block returns ``(x, extra)``, ``x`` being the block's output.
+    """
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float):
         super().__init__()
@@ -34,10 +86,14 @@ class _Residual(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, Any]]
+    ) -> tuple[torch.Tensor, Any]:
         if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return add_and_norm(x, self.dropout(sublayer(x)), self.norm.weight, self.norm.bias, self.norm.eps)
+            out, extra = sublayer(self.norm(x))
+            return x + self.dropout(out), extra
+        out, extra = sublayer(x)
+        return add_and_norm(x, self.dropout(out), self.norm.weight, self.norm.bias, self.norm.eps), extra
 
 
 def _check_compatible(ours: nn.Module, layer: nn.Module) -> None:
@@ -47,10 +103,11 @@ def _check_compatible(ours: nn.Module, layer: nn.Module) -> None:
         raise ValueError(f"load_torch_: only the ReLU activation is supported, got {act}")
     if layer.linear1.bias is None or layer.norm1.bias is None:
         raise ValueError("load_torch_: PyTorch layers built with bias=False are not supported")
-    if layer.norm_first != ours.block1.norm_first or layer.norm1.eps != ours.block1.norm.eps:
+    block = ours.self_attn_block
+    if layer.norm_first != block.norm_first or layer.norm1.eps != block.norm.eps:
         raise ValueError(
             f"load_torch_: the PyTorch layer has norm_first={layer.norm_first}, eps={layer.norm1.eps}; "
-            f"this layer has norm_first={ours.block1.norm_first}, eps={ours.block1.norm.eps}"
+            f"this layer has norm_first={block.norm_first}, eps={block.norm.eps}"
         )
 
 
@@ -68,32 +125,32 @@ class EncoderLayer(nn.Module):
     Shape:
         - x: :math:`(N, S, E)`
         - mask: broadcastable to :math:`(N, H, S, S)`, e.g. a padding mask ``m[:, None, None, :]``
-        - output: :math:`(N, S, E)`
+        - output: :math:`(N, S, E)`; weights (with ``need_weights=True``): :math:`(N, H, S, S)`
     """
 
     def __init__(self, d_model, nhead, dim_feedforward, dropout=0.1, norm_first=False, eps=1e-5):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout)
         self.ff = PositionwiseFeedForward(d_model, dim_feedforward, dropout)
-        self.block1 = _Residual(d_model, dropout, norm_first, eps)
-        self.block2 = _Residual(d_model, dropout, norm_first, eps)
-        self.attn_weights = None  # (N, H, S, S) of the last forward, for plots
+        self.self_attn_block = _Residual(d_model, dropout, norm_first, eps)
+        self.ff_block = _Residual(d_model, dropout, norm_first, eps)
+        self.register_load_state_dict_pre_hook(_rename_old_block_keys)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        def attend(h):
-            out, self.attn_weights = self.self_attn(h, h, h, mask)
-            return out
-
-        x = self.block1(x, attend)
-        return self.block2(x, self.ff)
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Returns the output, or ``(output, weights)`` with ``need_weights=True``."""
+        x, weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, mask))
+        x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
+        return (x, weights) if need_weights else x
 
     def load_torch_(self, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
         """Copy the weights of a :class:`torch.nn.TransformerEncoderLayer`."""
         _check_compatible(self, layer)
         self.self_attn.load_state_dict(MultiHeadAttention.from_torch(layer.self_attn).state_dict())
         self.ff.load_linear_(layer.linear1, layer.linear2)
-        self.block1.norm.load_state_dict(layer.norm1.state_dict())
-        self.block2.norm.load_state_dict(layer.norm2.state_dict())
+        self.self_attn_block.norm.load_state_dict(layer.norm1.state_dict())
+        self.ff_block.norm.load_state_dict(layer.norm2.state_dict())
         return self
 
 
@@ -107,7 +164,7 @@ class DecoderLayer(nn.Module):
         - x: :math:`(N, L, E)`; memory: :math:`(N, S, E)`
         - self_mask: broadcastable to :math:`(N, H, L, L)` (causal and target padding)
         - memory_mask: broadcastable to :math:`(N, H, L, S)` (source padding)
-        - output: :math:`(N, L, E)`
+        - output: :math:`(N, L, E)`; weights (with ``need_weights=True``): a :class:`DecoderLayerWeights`
     """
 
     def __init__(self, d_model, nhead, dim_feedforward, dropout=0.1, norm_first=False, eps=1e-5):
@@ -115,26 +172,29 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, nhead, dropout=dropout)
         self.ff = PositionwiseFeedForward(d_model, dim_feedforward, dropout)
-        self.block1 = _Residual(d_model, dropout, norm_first, eps)
-        self.block2 = _Residual(d_model, dropout, norm_first, eps)
-        self.block3 = _Residual(d_model, dropout, norm_first, eps)
-        self.self_attn_weights = None  # (N, H, L, L) of the last forward
-        self.cross_attn_weights = None  # (N, H, L, S) of the last forward
+        self.self_attn_block = _Residual(d_model, dropout, norm_first, eps)
+        self.cross_attn_block = _Residual(d_model, dropout, norm_first, eps)
+        self.ff_block = _Residual(d_model, dropout, norm_first, eps)
+        self.register_load_state_dict_pre_hook(_rename_old_block_keys)
 
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        def self_attend(h):
-            out, self.self_attn_weights = self.self_attn(h, h, h, self_mask)
-            return out
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, DecoderLayerWeights]:
+        """Returns the output, or ``(output, weights)`` with ``need_weights=True``."""
+        x, self_weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, self_mask))
+        x, cross_weights = self.cross_attn_block(x, lambda h: self.cross_attn(h, memory, memory, memory_mask))
+        x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
+        return (x, DecoderLayerWeights(self_weights, cross_weights)) if need_weights else x
 
-        def cross_attend(h):
-            out, self.cross_attn_weights = self.cross_attn(h, memory, memory, memory_mask)
-            return out
-
-        x = self.block1(x, self_attend)
-        x = self.block2(x, cross_attend)
-        return self.block3(x, self.ff)
-
-    def step(self, x: torch.Tensor, cache: dict, memory_mask=None) -> torch.Tensor:
+    def step(
+        self, x: torch.Tensor, cache: dict, memory_mask: torch.Tensor | None = None, *, need_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, DecoderLayerWeights]:
         """Decode one new position with a KV cache; equals the last row of :meth:`forward`.
 
         ``cache`` holds this layer's self-attention keys and values of all earlier positions
@@ -145,27 +205,24 @@ class DecoderLayer(nn.Module):
         Shape:
             - x: :math:`(N, 1, E)`, the newest target position
             - memory_mask: broadcastable to :math:`(N, H, 1, S)`
-            - output: :math:`(N, 1, E)`
+            - output: :math:`(N, 1, E)`; weights (with ``need_weights=True``): a
+              :class:`DecoderLayerWeights` of :math:`(N, H, 1, t + 1)` and :math:`(N, H, 1, S)`
         """
 
-        def self_attend(h):
+        def self_attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             k, v = self.self_attn.project_kv(h, h)  # (N, H, 1, D) each
             if "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)  # (N, H, t + 1, D)
                 v = torch.cat([cache["v"], v], dim=2)  # (N, H, t + 1, D)
             cache["k"], cache["v"] = k, v
-            out, self.self_attn_weights = self.self_attn.attend(h, k, v)  # causal: only the past is cached
-            return out
+            return self.self_attn.attend(h, k, v)  # causal: only the past is cached
 
-        def cross_attend(h):
-            out, self.cross_attn_weights = self.cross_attn.attend(
-                h, cache["memory_k"], cache["memory_v"], memory_mask
-            )
-            return out
-
-        x = self.block1(x, self_attend)
-        x = self.block2(x, cross_attend)
-        return self.block3(x, self.ff)
+        x, self_weights = self.self_attn_block(x, self_attend)
+        x, cross_weights = self.cross_attn_block(
+            x, lambda h: self.cross_attn.attend(h, cache["memory_k"], cache["memory_v"], memory_mask)
+        )
+        x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
+        return (x, DecoderLayerWeights(self_weights, cross_weights)) if need_weights else x
 
     def load_torch_(self, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
         """Copy the weights of a :class:`torch.nn.TransformerDecoderLayer`."""
@@ -174,7 +231,7 @@ class DecoderLayer(nn.Module):
         self.cross_attn.load_state_dict(MultiHeadAttention.from_torch(layer.multihead_attn).state_dict())
         self.ff.load_linear_(layer.linear1, layer.linear2)
         for block, norm in zip(
-            (self.block1, self.block2, self.block3), (layer.norm1, layer.norm2, layer.norm3)
+            (self.self_attn_block, self.cross_attn_block, self.ff_block), (layer.norm1, layer.norm2, layer.norm3)
         ):
             block.norm.load_state_dict(norm.state_dict())
         return self
@@ -197,7 +254,7 @@ class Transformer(nn.Module):
         - src_mask: :math:`(N, S)`, ``True`` at real source tokens
         - tgt_mask: :math:`(N, L)`, ``True`` at real target tokens; the causal mask is
           always applied on top
-        - output: :math:`(N, L, E)`
+        - output: :math:`(N, L, E)`; weights (with ``need_weights=True``): a :class:`TransformerWeights`
     """
 
     def __init__(
@@ -224,16 +281,32 @@ class Transformer(nn.Module):
         self.encoder_norm = LayerNorm(d_model, eps=eps)
         self.decoder_norm = LayerNorm(d_model, eps=eps)
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the encoder stack. Shapes: src (N, S, E), src_mask (N, S) -> memory (N, S, E)."""
+    @overload
+    def encode(
+        self, src: torch.Tensor, src_mask: torch.Tensor | None = ..., *, need_weights: Literal[False] = ...
+    ) -> torch.Tensor: ...
+    @overload
+    def encode(
+        self, src: torch.Tensor, src_mask: torch.Tensor | None = ..., *, need_weights: Literal[True]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
+
+    def encode(
+        self, src: torch.Tensor, src_mask: torch.Tensor | None = None, *, need_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Run the encoder stack. Shapes: src (N, S, E), src_mask (N, S) -> memory (N, S, E).
+
+        With ``need_weights=True``, returns ``(memory, weights)``: one (N, H, S, S) tensor per layer.
+        """
         dims = check_shapes("Transformer.encode", src=(src, f"N S {self.d_model}"))
         check_mask("Transformer.encode", src_mask, (dims["N"], dims["S"]), "(N, S)", name="src_mask")
         N, S = dims["N"], dims["S"]
         key_mask = None if src_mask is None else src_mask.expand(N, S)[:, None, None, :]  # (N, 1, 1, S)
-        x = src
+        x, weights = src, []
         for layer in self.encoder_layers:
-            x = layer(x, key_mask)
-        return self.encoder_norm(x)
+            x, w = layer(x, key_mask, need_weights=True)
+            weights.append(w)
+        memory = self.encoder_norm(x)
+        return (memory, weights) if need_weights else memory
 
     def decode(
         self,
@@ -241,8 +314,13 @@ class Transformer(nn.Module):
         memory: torch.Tensor,
         src_mask: torch.Tensor | None = None,
         tgt_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Run the decoder stack. Shapes: tgt (N, L, E), memory (N, S, E) -> (N, L, E)."""
+        *,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[DecoderLayerWeights]]:
+        """Run the decoder stack. Shapes: tgt (N, L, E), memory (N, S, E) -> (N, L, E).
+
+        With ``need_weights=True``, returns ``(output, weights)``: one :class:`DecoderLayerWeights` per layer.
+        """
         fn = "Transformer.decode"
         dims = check_shapes(fn, tgt=(tgt, f"N L {self.d_model}"), memory=(memory, f"N S {self.d_model}"))
         N, L, S = dims["N"], dims["L"], dims["S"]
@@ -252,10 +330,12 @@ class Transformer(nn.Module):
         if tgt_mask is not None:
             self_mask = self_mask & tgt_mask.expand(N, L)[:, None, None, :]  # (N, 1, L, L)
         memory_mask = None if src_mask is None else src_mask.expand(N, S)[:, None, None, :]  # (N, 1, 1, S)
-        x = tgt
+        x, weights = tgt, []
         for layer in self.decoder_layers:
-            x = layer(x, memory, self_mask, memory_mask)
-        return self.decoder_norm(x)
+            x, w = layer(x, memory, self_mask, memory_mask, need_weights=True)
+            weights.append(w)
+        out = self.decoder_norm(x)
+        return (out, weights) if need_weights else out
 
     def start_cache(self, memory: torch.Tensor) -> list[dict]:
         """One KV cache per decoder layer, holding the projected encoder memory."""
@@ -265,7 +345,14 @@ class Transformer(nn.Module):
             caches.append({"memory_k": k, "memory_v": v})
         return caches
 
-    def decode_step(self, tgt: torch.Tensor, caches: list[dict], src_mask=None) -> torch.Tensor:
+    def decode_step(
+        self,
+        tgt: torch.Tensor,
+        caches: list[dict],
+        src_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[DecoderLayerWeights]]:
         """Decode the newest target position with KV caches from :meth:`start_cache`.
 
         Gives the same result as the last position of :meth:`decode` on the whole prefix,
@@ -274,18 +361,34 @@ class Transformer(nn.Module):
         Shape:
             - tgt: :math:`(N, 1, E)`, embedded, its position added
             - src_mask: :math:`(N, S)`, ``True`` at real source tokens
-            - output: :math:`(N, 1, E)`
+            - output: :math:`(N, 1, E)`; weights (with ``need_weights=True``): one
+              :class:`DecoderLayerWeights` per layer, :math:`(N, H, 1, t + 1)` and :math:`(N, H, 1, S)`
         """
         check_shapes("Transformer.decode_step", tgt=(tgt, f"N 1 {self.d_model}"))
         memory_mask = None if src_mask is None else src_mask[:, None, None, :]  # (N, 1, 1, S)
-        x = tgt
+        x, weights = tgt, []
         for layer, cache in zip(self.decoder_layers, caches):
-            x = layer.step(x, cache, memory_mask)
-        return self.decoder_norm(x)
+            x, w = layer.step(x, cache, memory_mask, need_weights=True)
+            weights.append(w)
+        out = self.decoder_norm(x)
+        return (out, weights) if need_weights else out
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> torch.Tensor:
-        """Encode ``src``, then decode ``tgt`` against it; see the class docstring for shapes."""
-        return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, TransformerWeights]:
+        """Encode ``src``, then decode ``tgt`` against it; see the class docstring for shapes.
+
+        Returns the output, or ``(output, weights)`` with ``need_weights=True``.
+        """
+        memory, encoder_weights = self.encode(src, src_mask, need_weights=True)
+        out, decoder_weights = self.decode(tgt, memory, src_mask, tgt_mask, need_weights=True)
+        return (out, TransformerWeights(encoder_weights, decoder_weights)) if need_weights else out
 
     @classmethod
     def from_torch(cls, m: nn.Transformer) -> "Transformer":

@@ -1,10 +1,15 @@
-"""Specification of decoding: KV cache, greedy and beam search."""
+"""Specification of decoding: the Decodable protocol, KV cache, greedy and beam search.
+
+The GRU models are those of ``test_seq2seq`` (``make_model``, ``VARIANTS``, ``batch``).
+"""
 
 import pytest
 import torch
+from test_seq2seq import VARIANTS, batch, make_model
 
-from course_lib.decoding import beam_search, greedy_decode
-from course_lib.models import build_model
+from course_lib import Seq2SeqAttention
+from course_lib.decoding import Decodable, beam_search, greedy_decode
+from course_lib.models import MODELS, build_model
 from course_lib.tasks import BOS, EOS, PAD, get_task
 
 
@@ -52,6 +57,65 @@ def test_greedy_decode_pads_after_eos_and_returns_weights():
     for row in tokens.tolist():
         if EOS in row:
             assert all(t == PAD for t in row[row.index(EOS) + 1 :])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_is_decodable(name):
+    model = build_model(name, 13, 13)
+    assert isinstance(model, Decodable)
+    assert isinstance(model, Seq2SeqAttention) == (name != "transformer")  # one GRU model class
+
+
+@pytest.mark.parametrize("config", VARIANTS)
+def test_greedy_decode_of_seq2seq_attention_is_the_argmax_of_teacher_forcing_on_its_own_output(config):
+    model = make_model(config).eval()
+    src, _, _ = batch()
+    tokens, weights = greedy_decode(model, src, max_len=6, return_weights=True, stop_at_eos=False)
+    assert tokens.shape == (3, 6) and tokens.dtype == torch.long
+    assert weights.shape == (3, 6, 6)
+    tgt_in = torch.cat([torch.full((3, 1), BOS), tokens[:, :-1]], dim=1)  # (N, T)
+    with torch.no_grad():
+        logits, tf_weights = model(src, tgt_in)
+    assert torch.equal(logits.argmax(-1), tokens)
+    torch.testing.assert_close(weights, tf_weights)
+
+
+@pytest.mark.parametrize("config", VARIANTS)
+def test_greedy_decode_stops_when_every_sequence_has_emitted_eos(config):
+    model = make_model(config).eval()
+    with torch.no_grad():
+        model.out.bias[EOS] = 1e4  # <eos> wins every argmax
+    src, _, _ = batch()
+    tokens, weights = greedy_decode(model, src, max_len=10, return_weights=True)
+    assert tokens.shape == (3, 1) and weights.shape == (3, 1, 6)
+    assert (tokens == EOS).all()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_stopping_at_eos_pads_after_each_rows_eos_and_changes_nothing_before_it(name):
+    torch.manual_seed(0)
+    model = build_model(name, 13, 13).eval()
+    src = torch.randint(3, 13, (6, 7))
+    output_layer = model.generator if name == "transformer" else model.out
+    rows_ending_early = 0
+    for eos_bias in (0.0, 1.0, 2.0, 3.0, 5.0):
+        with torch.no_grad():  # more and more rows end early
+            output_layer.bias[EOS] = eos_bias
+        free = greedy_decode(model, src, max_len=8, stop_at_eos=False)
+        stopped = greedy_decode(model, src, max_len=8)
+        after_eos = (free == EOS).long().cumsum(1) - (free == EOS).long() > 0  # (N, 8): past the first <eos>
+        expected = free.masked_fill(after_eos, PAD)  # (N, 8)
+        finished = (free == EOS).any(1)
+        T = 8 if not finished.all() else int(((free == EOS).long().argmax(1)).max()) + 1
+        assert torch.equal(stopped, expected[:, :T])
+        rows_ending_early += int(((free == EOS).long().argmax(1) < 7)[finished].sum())
+    assert rows_ending_early > 0
+
+
+def test_greedy_decode_rejects_a_max_len_that_is_not_positive():
+    model = transformer()
+    with pytest.raises(ValueError, match="'max_len' must be positive"):
+        greedy_decode(model, torch.ones(1, 3, dtype=torch.long), max_len=0)
 
 
 def sequence_log_prob(model, src, tokens):

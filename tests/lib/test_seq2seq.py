@@ -157,44 +157,12 @@ def test_bahdanau_scores_the_previous_state_so_first_weights_ignore_the_first_in
     assert not torch.allclose(luong(src, changed)[1][:, 0], luong(src, tgt_in)[1][:, 0])
 
 
-@pytest.mark.parametrize("config", VARIANTS)
-def test_greedy_decode_returns_tokens_and_weights_consistent_with_teacher_forcing(config):
-    model = make_model(config).eval()
-    src, _, _ = batch()
-    bos = 1
-    tokens, weights = model.greedy_decode(src, bos_id=bos, eos_id=-1, max_len=6)  # eos never produced
-    assert tokens.shape == (3, 6) and tokens.dtype == torch.long
-    assert weights.shape == (3, 6, 6)
-    tgt_in = torch.cat([torch.full((3, 1), bos), tokens[:, :-1]], dim=1)
-    with torch.no_grad():
-        logits, tf_weights = model(src, tgt_in)
-    assert torch.equal(logits.argmax(-1), tokens)
-    torch.testing.assert_close(weights, tf_weights)
-
-
-@pytest.mark.parametrize("config", VARIANTS)
-def test_greedy_decode_stops_when_every_sequence_has_emitted_eos(config):
-    model = make_model(config).eval()
-    eos = 2
-    with torch.no_grad():
-        model.out.bias[eos] = 1e4  # eos wins every argmax
-    src, _, _ = batch()
-    tokens, weights = model.greedy_decode(src, bos_id=1, eos_id=eos, max_len=10)
-    assert tokens.shape == (3, 1) and weights.shape == (3, 1, 6)
-    assert (tokens == eos).all()
-
-
-def test_greedy_decode_pads_sequences_after_their_eos():
-    model = make_model(dict(attention="luong")).eval()
-    src, _, _ = batch()
-    tokens, _ = model.greedy_decode(src, bos_id=1, eos_id=-1, max_len=5)
-    eos = int(tokens[0, 0])  # make the first sequence's first token the eos
-    tokens, _ = model.greedy_decode(src, bos_id=1, eos_id=eos, max_len=5)
-    for row in tokens:
-        hits = (row == eos).nonzero()
-        if len(hits):
-            assert (row[int(hits[0]) + 1 :] == PAD).all()
-    assert tokens[0, 0] == eos
+def test_forward_checks_its_arguments_before_encoding():
+    model = make_model(dict(attention="bahdanau"))
+    with pytest.raises(ValueError, match=r"Seq2SeqAttention\.forward: argument 'src' must have shape \(N, S\)"):
+        model(torch.ones(4, dtype=torch.long), torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"Seq2SeqAttention\.forward: argument 'tgt_in'"):
+        model(torch.ones(2, 4, dtype=torch.long), torch.ones(3, 3, dtype=torch.long))
 
 
 @pytest.mark.parametrize(

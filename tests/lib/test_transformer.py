@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib import DecoderLayer, EncoderLayer, Transformer, causal_mask
+from course_lib.transformer import DecoderLayerWeights, TransformerWeights
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask and attn_mask:UserWarning"),
@@ -190,7 +191,6 @@ def test_encoder_layer_load_torch_matches_transformer_encoder_layer(norm_first):
         expected = layer(src, src_key_padding_mask=~keep)
         out = ours(src, keep[:, None, None, :])
     torch.testing.assert_close(out[keep], expected[keep])
-    assert ours.attn_weights.shape == (3, NHEAD, 6, 6)
     with torch.no_grad():
         torch.testing.assert_close(ours(src), layer(src))
 
@@ -212,8 +212,113 @@ def test_decoder_layer_load_torch_matches_transformer_decoder_layer(norm_first):
         )
         out = ours(tgt, memory, causal_mask(L) & tgt_keep[:, None, None, :], src_keep[:, None, None, :])
     torch.testing.assert_close(out[tgt_keep], expected[tgt_keep])
-    assert ours.self_attn_weights.shape == (3, NHEAD, L, L)
-    assert ours.cross_attn_weights.shape == (3, NHEAD, L, 6)
+
+
+# ---------------------------------------------------------------------------------------
+# attention weights: returned with need_weights=True, never kept on the modules
+# ---------------------------------------------------------------------------------------
+
+
+def test_encoder_layer_returns_its_self_attention_weights_when_asked():
+    layer = EncoderLayer(D_MODEL, NHEAD, FF, dropout=0.0).eval()
+    src, _, keep, _ = inputs()
+    mask = keep[:, None, None, :]
+    with torch.no_grad():
+        out, weights = layer(src, mask, need_weights=True)
+        _, expected = layer.self_attn(src, src, src, mask)  # post-LN: attention sees the input itself
+    torch.testing.assert_close(out, layer(src, mask))
+    torch.testing.assert_close(weights, expected)
+    assert weights.shape == (3, NHEAD, 6, 6)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, NHEAD, 6))
+    assert (weights[~keep[:, None, None, :].expand_as(weights)] == 0).all()  # padding gets no attention
+
+
+def test_decoder_layer_returns_self_and_cross_attention_weights_when_asked():
+    layer = DecoderLayer(D_MODEL, NHEAD, FF, dropout=0.0).eval()
+    memory, tgt, src_keep, _ = inputs()
+    L = tgt.shape[1]
+    with torch.no_grad():
+        out, weights = layer(tgt, memory, causal_mask(L), src_keep[:, None, None, :], need_weights=True)
+        plain = layer(tgt, memory, causal_mask(L), src_keep[:, None, None, :])
+    torch.testing.assert_close(out, plain)
+    assert isinstance(weights, DecoderLayerWeights)
+    assert weights.self_attn.shape == (3, NHEAD, L, L) and weights.cross_attn.shape == (3, NHEAD, L, 6)
+    torch.testing.assert_close(weights.self_attn.triu(1), torch.zeros(3, NHEAD, L, L))  # causal
+    torch.testing.assert_close(weights.cross_attn.sum(-1), torch.ones(3, NHEAD, L))
+
+
+def test_transformer_returns_the_weights_of_every_layer_when_asked():
+    model = Transformer(D_MODEL, NHEAD, 2, 3, FF, dropout=0.0).eval()
+    src, tgt, src_keep, tgt_keep = inputs()
+    with torch.no_grad():
+        out, weights = model(src, tgt, src_keep, tgt_keep, need_weights=True)
+        memory, encoder_weights = model.encode(src, src_keep, need_weights=True)
+        decoded, decoder_weights = model.decode(tgt, memory, src_keep, tgt_keep, need_weights=True)
+        plain = model(src, tgt, src_keep, tgt_keep)
+    torch.testing.assert_close(out, plain)
+    torch.testing.assert_close(decoded, plain)
+    assert isinstance(weights, TransformerWeights)
+    assert len(weights.encoder) == 2 and len(weights.decoder) == 3
+    assert all(w.shape == (3, NHEAD, 6, 6) for w in weights.encoder)
+    assert all(w.self_attn.shape == (3, NHEAD, 5, 5) for w in weights.decoder)
+    assert all(w.cross_attn.shape == (3, NHEAD, 5, 6) for w in weights.decoder)
+    for ours, again in zip(weights.encoder, encoder_weights, strict=True):
+        torch.testing.assert_close(ours, again)
+    for ours, again in zip(weights.decoder, decoder_weights, strict=True):
+        torch.testing.assert_close(ours.cross_attn, again.cross_attn)
+
+
+def test_decode_step_weights_equal_the_last_row_of_the_full_decoder_weights():
+    model = Transformer(D_MODEL, NHEAD, 1, 2, FF, dropout=0.0).eval()
+    src, tgt, src_keep, _ = inputs()
+    with torch.no_grad():
+        memory = model.encode(src, src_keep)
+        caches = model.start_cache(memory)
+        for t in range(tgt.shape[1]):
+            _, step_weights = model.decode_step(tgt[:, t : t + 1], caches, src_keep, need_weights=True)
+            _, full_weights = model.decode(tgt[:, : t + 1], memory, src_keep, need_weights=True)
+            for step, full in zip(step_weights, full_weights, strict=True):
+                torch.testing.assert_close(step.self_attn, full.self_attn[:, :, -1:])  # (N, H, 1, t + 1)
+                torch.testing.assert_close(step.cross_attn, full.cross_attn[:, :, -1:])  # (N, H, 1, S)
+
+
+def test_layers_keep_no_attention_weights_after_a_forward():
+    model = Transformer(D_MODEL, NHEAD, 1, 1, FF, dropout=0.0).eval()
+    src, tgt, _, _ = inputs()
+    with torch.no_grad():
+        model(src, tgt)
+    for layer in [*model.encoder_layers, *model.decoder_layers]:
+        assert not [name for name in vars(layer) if "weights" in name]
+
+
+# ---------------------------------------------------------------------------------------
+# the residual blocks are named by role; checkpoints with the old names still load
+# ---------------------------------------------------------------------------------------
+
+
+def test_residual_blocks_are_named_by_their_sublayer():
+    model = Transformer(D_MODEL, NHEAD, 1, 1, FF)
+    blocks = {key.split(".")[2] for key in model.state_dict() if "_block." in key}
+    assert blocks == {"self_attn_block", "cross_attn_block", "ff_block"}
+
+
+def test_a_state_dict_with_the_old_block_names_still_loads():
+    old_names = {"self_attn_block": "block1", "cross_attn_block": "block2", "ff_block": "block3"}
+    torch.manual_seed(0)
+    source = randomize_(Transformer(D_MODEL, NHEAD, 1, 2, FF, dropout=0.0)).eval()
+    old = {}
+    for key, value in source.state_dict().items():
+        stack, index, name, rest = key.split(".", 3) if "_block." in key else (key, "", "", "")
+        if name:
+            name = "block2" if stack == "encoder_layers" and name == "ff_block" else old_names[name]
+            key = f"{stack}.{index}.{name}.{rest}"
+        old[key] = value
+    assert "encoder_layers.0.block2.norm.weight" in old and "decoder_layers.1.block3.norm.bias" in old
+    loaded = Transformer(D_MODEL, NHEAD, 1, 2, FF, dropout=0.0).eval()
+    loaded.load_state_dict(old)  # strict: every key must find its parameter
+    src, tgt, _, _ = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(src, tgt), source(src, tgt))
 
 
 def test_load_torch_rejects_a_gelu_layer():
