@@ -24,23 +24,9 @@ import time
 
 import torch
 
+from course_lib.decoding import greedy_decode
 from course_lib.models import TransformerSeq2Seq
-from course_lib.tasks import BOS
 from course_lib.training import benchmark, default_config, train
-
-
-@torch.no_grad()
-def _decode_steps(model, src, steps: int, use_cache: bool) -> torch.Tensor:
-    """Greedy decoding of exactly ``steps`` tokens (no stopping at <eos>)."""
-    state = model.start(src, use_cache=use_cache)
-    y = torch.full((src.shape[0],), BOS, dtype=torch.long)
-    out = []
-    for _ in range(steps):
-        log_probs, state, _ = model.next_log_probs(state, y)
-        y = log_probs.argmax(-1)
-        out.append(y)
-    return torch.stack(out, 1)
-
 
 RUNS = (("reverse", "transformer"), ("dates", "bahdanau"), ("dates", "luong"))
 
@@ -78,14 +64,14 @@ def bench_kv_cache(steps: int = 256, batch: int = 8, repeats: int = 3) -> None:
     model = TransformerSeq2Seq(13, 13, d_model=256, nhead=8, num_encoder_layers=2, num_decoder_layers=2,
                                dim_feedforward=1024, dropout=0.0, max_len=steps + 1).eval()
     src = torch.randint(3, 13, (batch, 16))
-    cached = _decode_steps(model, src, steps, use_cache=True)
-    full = _decode_steps(model, src, steps, use_cache=False)
+    cached = greedy_decode(model, src, steps, use_cache=True, stop_at_eos=False)  # exactly `steps` tokens
+    full = greedy_decode(model, src, steps, use_cache=False, stop_at_eos=False)
     times = {}
     for use_cache in (True, False):
         runs = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            _decode_steps(model, src, steps, use_cache)
+            greedy_decode(model, src, steps, use_cache=use_cache, stop_at_eos=False)
             runs.append(time.perf_counter() - t0)
         times[use_cache] = statistics.median(runs)
     print(f"KV cache: greedy decoding of {steps} tokens, d_model=256, 8 heads, 2+2 layers, batch {batch}, "
