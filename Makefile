@@ -2,7 +2,11 @@
 #   make book   build the executed book into _build/html
 #   make test   run the whole test suite
 # Both create .venv and install the pinned environment when needed, and skip that when
-# it is already up to date.
+# it is already up to date. For working on the code:
+#   make test-fast   library, checks and autograder tests without the sandbox, the book or a browser
+#   make lint        ruff (lint and format check) and mypy on course_lib
+#   make fmt         ruff's fixes and formatting, in place
+#   make bench       the benchmarks in benchmarks/ (they print numbers)
 
 PYTHON   ?= python3
 VENV     := .venv
@@ -15,7 +19,7 @@ SYSDEPS  := /usr/bin/chromium /usr/bin/bwrap
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 NBVAL    := -p no:cacheprovider --nbval-current-env
 
-.PHONY: book test bench env constraints clean sysdeps pdf
+.PHONY: book test test-fast lint fmt bench env constraints clean sysdeps pdf
 
 env: $(STAMP)
 
@@ -30,6 +34,7 @@ $(STAMP): pyproject.toml constraints.txt
 # Chapters missing from the cache are executed two at a time first (book/_ext/execute_parallel.py);
 # the strict build then finds them all there.
 BOOK_CODE := $(sort $(wildcard course_lib/*.py book/*.py))
+LINTED    := course_lib tests benchmarks book/_ext book/schematics.py
 
 book: $(STAMP)
 	@mkdir -p _build; hash=$$(cat $(BOOK_CODE) | sha256sum | cut -c1-16); \
@@ -60,6 +65,20 @@ test: $(STAMP) sysdeps book
 	$(BIN)/python -m pytest $(NBVAL) --nbval --sanitize-with nbval_sanitize.cfg solutions/
 	$(BIN)/python -m pytest $(NBVAL) --nbval-lax exercises/
 
+# The quick loop while editing: everything but the sandbox, the book and the browser, and
+# no test marked slow (pyproject.toml lists the markers).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not sandbox and not book and not browser"
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+
+fmt: $(STAMP)
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
+
 # Benchmarks print numbers (no timed tests): attention speed vs PyTorch, training to the
 # accuracy targets and reproducibility, KV-cache decoding, tiled-attention memory, and
 # grading 200 submissions against an nbgrader-style baseline.
@@ -74,4 +93,5 @@ constraints: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/' > constraints.txt
 
 clean:
-	rm -rf _build
+	rm -rf _build artifacts .hypothesis .mypy_cache .ruff_cache .pytest_cache
+	find course_lib tests benchmarks book -name __pycache__ -type d -prune -exec rm -rf {} +

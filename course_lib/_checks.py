@@ -30,7 +30,7 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
         out.append(y if x == 1 else x)
     return tuple(out[::-1])
 
-def _fmt(spec: list[str], dims: dict[str, int]) -> str:
+def _format_shape(spec: list[str], dims: dict[str, int]) -> str:
     """Render a shape spec with the sizes bound so far, e.g. ``(N=2, S, D=4)``."""
     parts = []
     for letter in spec:
@@ -72,7 +72,7 @@ def check_shapes(fn: str, floating: bool = True, **specs) -> dict[str, int]:
         if not isinstance(x, torch.Tensor):
             raise TypeError(
                 f"{fn}: argument '{name}' must be a torch.Tensor of shape "
-                f"{_fmt(spec, dims)}, got {type(x).__name__}"
+                f"{_format_shape(spec, dims)}, got {type(x).__name__}"
             )
         if floating and not x.is_floating_point():
             raise TypeError(
@@ -83,7 +83,7 @@ def check_shapes(fn: str, floating: bool = True, **specs) -> dict[str, int]:
         if (has_batch and x.dim() < len(core)) or (not has_batch and x.dim() != len(core)):
             want = f"at least {len(core)}" if has_batch else f"{len(core)}"
             raise ValueError(
-                f"{fn}: argument '{name}' must have shape {_fmt(spec, dims)} ({want} dims), "
+                f"{fn}: argument '{name}' must have shape {_format_shape(spec, dims)} ({want} dims), "
                 f"got shape {_shape(x)} ({x.dim()} dims)"
             )
         sizes = list(x.shape)
@@ -96,7 +96,7 @@ def check_shapes(fn: str, floating: bool = True, **specs) -> dict[str, int]:
                     raise ValueError(
                         f"{fn}: argument '{name}' has batch dims {tuple(batch)} that do not "
                         f"broadcast with the earlier arguments' {dims['...']} "
-                        f"(shape {_shape(x)}, expected {_fmt(spec, dims)})"
+                        f"(shape {_shape(x)}, expected {_format_shape(spec, dims)})"
                     ) from None
             else:
                 dims["..."] = tuple(batch)
@@ -107,7 +107,7 @@ def check_shapes(fn: str, floating: bool = True, **specs) -> dict[str, int]:
                 ok = dims.setdefault(letter, size) == size
             if not ok:
                 raise ValueError(
-                    f"{fn}: argument '{name}' must have shape {_fmt(spec, dims)}, "
+                    f"{fn}: argument '{name}' must have shape {_format_shape(spec, dims)}, "
                     f"got shape {_shape(x)} (size of {letter} disagrees)"
                 )
     return dims

@@ -40,3 +40,28 @@ def seed_torch():
     """Seed torch's global RNG before every test."""
     torch.manual_seed(0)
     yield
+
+
+def assert_full_marks(report) -> None:
+    """A :class:`~course_lib.grading.Report` that passed every test, with points to give."""
+    assert report.status == "passed", str(report)
+    assert report.score == report.max_score > 0, str(report)
+
+
+def assert_diagnosed(report, phrase: str) -> None:
+    """A failed report that lost points and names the mistake (a diagnosis containing ``phrase``)."""
+    assert report.status == "failed", str(report)
+    assert report.score < report.max_score, str(report)
+    assert any(phrase in d for d in report.diagnoses), f"expected a diagnosis with {phrase!r}:\n{report}"
+
+
+def implementation_id(fn) -> str:
+    """A test id for an implementation: where it comes from and its name (``course_lib.softmax``)."""
+    return f"{fn.__module__.split('.')[0]}.{fn.__name__}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark tests by the room they test: everything under ``book/`` needs the built book."""
+    for item in items:
+        if "book" in Path(item.path).relative_to(ROOT / "tests").parts[:1]:
+            item.add_marker(pytest.mark.book)

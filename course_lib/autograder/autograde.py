@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ..grading.core import Exercise, Outcome, Report, judge, zero_report
 from ..grading.forbidden import NotebookScan
@@ -22,14 +22,15 @@ from .notebook import NotebookError, code_cells
 from ..grading.registry import ASSIGNMENTS, exercises_of
 from .text import clean_record, student_message
 
-__all__ = ["grade_submission", "refused", "failed", "checker_version", "checker_files", "REFERENCE_MODULES", "sha256", "make_job", "split_outcomes",
+__all__ = ["grade_submission", "refused_record", "failed_record", "checker_version", "checker_files", "REFERENCE_MODULES", "sha256", "make_job", "split_outcomes",
            "STATUSES"]
 
 #: What a record's ``status`` can be: the notebook was graded, refused as not a notebook,
 #: stopped at its time limit, crashed, held for an instructor's review (it tampered with the
 #: grading), or could not be graded because of a fault on the grader's side (regraded on the
 #: next run).
-STATUSES = ("graded", "invalid", "timeout", "crashed", "review", "error")
+RecordStatus = Literal["graded", "invalid", "timeout", "crashed", "review", "error"]
+STATUSES: tuple[str, ...] = get_args(RecordStatus)
 
 
 def sha256(data: bytes) -> str:
@@ -43,6 +44,7 @@ def sha256(data: bytes) -> str:
 #: ``tests/autograder/test_checker_version.py`` fails when a graded function's module (or one
 #: it imports) is missing here.
 REFERENCE_MODULES = (
+    "assignments.py",  # which functions each assignment grades
     "_checks.py",
     "scores.py",
     "pooling.py",
@@ -101,7 +103,7 @@ def split_outcomes(ex: Exercise, flat: list[Outcome], seed: int | None = None) -
     return out
 
 
-def _record(assignment: str, digest: str, status: str, reports: list[Report], messages: list[str],
+def _record(assignment: str, digest: str, status: RecordStatus, reports: list[Report], messages: list[str],
             isolation: str, seed: int | None = None, flags: list[str] | None = None,
             fallbacks: int = 0) -> dict[str, Any]:
     return clean_record({
@@ -119,7 +121,7 @@ def _record(assignment: str, digest: str, status: str, reports: list[Report], me
     })
 
 
-def refused(assignment: str, reason: str, digest: str = "", isolation: str = "none",
+def refused_record(assignment: str, reason: str, digest: str = "", isolation: str = "none",
             seed: int | None = None) -> dict[str, Any]:
     """The record of a submission that is not graded at all (every function 0), with the reason."""
     msg = f"Not graded: {reason}."
@@ -127,7 +129,7 @@ def refused(assignment: str, reason: str, digest: str = "", isolation: str = "no
                    [msg], isolation, seed)
 
 
-def failed(assignment: str, reason: str, digest: str = "", isolation: str = "none",
+def failed_record(assignment: str, reason: str, digest: str = "", isolation: str = "none",
            seed: int | None = None) -> dict[str, Any]:
     """The record of a submission the grader could not grade through no fault of the student's
     (status ``error``): 0 for now, and regraded on the next run."""
@@ -167,7 +169,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
     try:
         cells = code_cells(data)
     except NotebookError as e:
-        return refused(assignment, str(e), digest, isolation, seed)
+        return refused_record(assignment, str(e), digest, isolation, seed)
     scan = NotebookScan(cells)
     fallbacks = sum(ex.fallbacks(seed) for ex in exercises) if seed is not None else 0
     review = scan.review_flags()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .autograde import checker_version, failed, grade_submission, refused, sha256
+from .autograde import checker_version, failed_record, grade_submission, refused_record, sha256
 from .gradebook import Gradebook
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
 from ..grading.registry import ASSIGNMENTS, exercises_of
@@ -165,7 +165,7 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
         try:
             book.save(sub.student, record, checker, seconds)
         except Exception as e:  # noqa: BLE001 - a record the gradebook refuses must not stop the batch
-            record = failed(sub.assignment, f"the record could not be saved: {_reason(e)}", record.get("sha256", ""))
+            record = failed_record(sub.assignment, f"the record could not be saved: {_reason(e)}", record.get("sha256", ""))
             try:
                 book.save(sub.student, record, checker, seconds)
             except Exception as e2:  # noqa: BLE001
@@ -181,7 +181,7 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
             data = read_submission(sub.path)
         except (NotebookError, OSError) as e:  # a folder, a link, unreadable: graded as refused
             reason = str(e) if isinstance(e, NotebookError) else f"{sub.path.name} could not be read"
-            save(sub, refused(sub.assignment, reason, seed=seed), 0.0)
+            save(sub, refused_record(sub.assignment, reason, seed=seed), 0.0)
             continue
         digest = sha256(data)
         if not force and book.is_current(sub.student, sub.assignment, digest, checker):
@@ -215,7 +215,7 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
             try:
                 record = grade_submission(data, sub.assignment, runner, seed=seed)
             except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
-                record = failed(sub.assignment, _reason(e), digest, runner.isolation, seed)
+                record = failed_record(sub.assignment, _reason(e), digest, runner.isolation, seed)
             with lock:
                 save(sub, record, time.perf_counter() - t0)
                 if bar is not None:

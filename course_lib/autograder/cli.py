@@ -53,7 +53,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .autograde import grade_submission, refused
+    from .autograde import grade_submission, refused_record
     from .batch import read_submission
     from .notebook import NotebookError
     from ..grading.core import Report
@@ -74,7 +74,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             try:
                 record = grade_submission(read_submission(path), assignment, runner)
             except NotebookError as err:
-                record = refused(assignment, str(err), isolation=runner.isolation)
+                record = refused_record(assignment, str(err), isolation=runner.isolation)
     except SandboxUnavailable as err:
         print(f"course-lib check: {err}", file=sys.stderr)
         return 2

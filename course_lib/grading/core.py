@@ -19,7 +19,7 @@ import math
 import signal
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence, get_args
 
 import torch
 
@@ -182,15 +182,26 @@ class Exercise:
         return float(sum(c.points for c in self.cases()))
 
 
+#: How one call of a student's function went (:class:`Outcome`; also sent by the sandbox's worker).
+OutcomeStatus = Literal["ok", "not_implemented", "error", "timeout", "bad_type"]
+OUTCOME_STATUSES: tuple[str, ...] = get_args(OutcomeStatus)
+
+#: A function's verdict (:class:`Report`), shown to students and kept in gradebooks, hence
+#: the words: ``"not implemented"`` here is the report of a function whose calls all had
+#: the outcome ``"not_implemented"``.
+ReportStatus = Literal["passed", "failed", "not implemented", "forbidden", "missing", "error"]
+REPORT_STATUSES: tuple[str, ...] = get_args(ReportStatus)
+
+
 @dataclass
 class Outcome:
     """What one call of a student's function gave.
 
-    ``status`` is ``"ok"`` (``value`` holds plain tensors), ``"not_implemented"``,
-    ``"error"``, ``"timeout"`` or ``"bad_type"``; ``message`` says more.
+    ``status`` (:data:`OutcomeStatus`) is ``"ok"`` (``value`` holds plain tensors),
+    ``"not_implemented"``, ``"error"``, ``"timeout"`` or ``"bad_type"``; ``message`` says more.
     """
 
-    status: str
+    status: OutcomeStatus
     value: Any = None
     message: str = ""
     seen: list[str] = field(default_factory=list)  # forbidden torch calls that ran (runtime layer)
@@ -289,7 +300,7 @@ def _short(msg: str, limit: int = 300) -> str:
     return msg if len(msg) <= limit else msg[: limit - 3] + "..."
 
 
-def _a(noun: str) -> str:
+def _with_article(noun: str) -> str:
     return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
@@ -321,7 +332,7 @@ def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, 
         if isinstance(actual, torch.Tensor) and actual.numel() == 1:
             actual = actual.item()
         if type(actual) not in (int, float):
-            return f"{what} is {_a(type(actual).__name__)}, expected a number"
+            return f"{what} is {_with_article(type(actual).__name__)}, expected a number"
         if math.isnan(expected) and math.isnan(actual):
             return None
         if not abs(actual - expected) <= atol + rtol * abs(expected):
@@ -334,7 +345,7 @@ def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, 
             return f"{what} is a tuple of {len(actual)} values, expected a torch.Tensor"
         return f"returned a tuple of {len(actual)} values, expected a single tensor"
     if not isinstance(actual, torch.Tensor):
-        return f"{what} is {_a(type(actual).__name__)}, expected a torch.Tensor"
+        return f"{what} is {_with_article(type(actual).__name__)}, expected a torch.Tensor"
     if actual.shape != expected.shape:
         return f"{what} has shape {_shape(actual)}, expected {_shape(expected)}"
     if expected.dtype == torch.bool:
@@ -383,7 +394,7 @@ class Report:
 
     function: str
     results: list[TestResult]
-    status: str  # "passed", "failed", "not implemented", "forbidden", "missing", "error"
+    status: ReportStatus
     notes: list[str] = field(default_factory=list)
     max_points: float | None = None
 
@@ -439,7 +450,7 @@ class Report:
             "missing": "function not found",
             "error": "could not be checked",
         }[self.status]
-        return f"{self.function}: {_fmt(self.score)}/{_fmt(self.max_score)} points, {words}"
+        return f"{self.function}: {_format_points(self.score)}/{_format_points(self.max_score)} points, {words}"
 
     def __str__(self) -> str:
         lines = [self._headline()]
@@ -448,7 +459,7 @@ class Report:
             return "\n".join(lines)
         for r in self.results:
             mark = "PASS" if r.passed else "FAIL"
-            lines.append(f"  {mark} {_fmt(r.points)}/{_fmt(r.max_points)}  {r.name}: {r.checks}")
+            lines.append(f"  {mark} {_format_points(r.points)}/{_format_points(r.max_points)}  {r.name}: {r.checks}")
             if r.feedback:
                 lines.append(f"       {r.feedback}")
             if r.diagnosis:
@@ -472,13 +483,13 @@ class Report:
                 if r.diagnosis:
                     fb += f"<br><b>Likely mistake:</b> {html.escape(r.diagnosis)}"
                 out.append(f"<tr><td>{mark}</td><td>{html.escape(r.name)}</td><td>{html.escape(r.checks)}</td>"
-                           f"<td>{_fmt(r.points)}/{_fmt(r.max_points)}</td><td>{fb}</td></tr>")
+                           f"<td>{_format_points(r.points)}/{_format_points(r.max_points)}</td><td>{fb}</td></tr>")
             out.append("</tbody></table>")
         out.append("</div>")
         return "".join(out)
 
 
-def _fmt(x: float) -> str:
+def _format_points(x: float) -> str:
     return f"{x:g}"
 
 
@@ -586,7 +597,7 @@ def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequ
     return Report(exercise.name, results, status, list(notes))
 
 
-def zero_report(exercise: Exercise, status: str, note: str, seed: int | None = None) -> Report:
+def zero_report(exercise: Exercise, status: ReportStatus, note: str, seed: int | None = None) -> Report:
     """A report with every test failed for one reason (forbidden call, missing function)."""
     results = [TestResult(c.name, c.checks, 0.0, c.points, False, note) for c in exercise.cases(seed)]
     return Report(exercise.name, results, status, [note])

@@ -1,41 +1,20 @@
-"""Which functions each assignment grades, and where their exercises are defined.
+"""The exercises of each assignment, looked up from the one table in :mod:`course_lib.assignments`.
 
 An assignment is one exercise notebook, named as in ``exercises/`` (``02_self_attention``);
-its exercises live in ``course_lib/grading/exercises/chNN.py`` as a list ``EXERCISES``.
+its exercises live in the module the table names (``course_lib/grading/exercises/ch02.py``)
+as a list ``EXERCISES``.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from ..assignments import ASSIGNMENTS, TABLE
 from .core import Exercise
 
 __all__ = ["ASSIGNMENTS", "assignment_of", "exercise", "exercises_of"]
 
-#: Assignment (notebook name without ``.ipynb``) -> graded functions, in notebook order.
-ASSIGNMENTS: dict[str, tuple[str, ...]] = {
-    "01_seq2seq_attention": (
-        "dot_score",
-        "scaled_dot_score",
-        "cosine_score",
-        "multiplicative_score",
-        "additive_score",
-        "attention_pool",
-        "local_attention_weights",
-    ),
-    "02_self_attention": ("softmax", "scaled_dot_product_attention", "self_attention"),
-    "03_multi_head_attention": (
-        "split_heads",
-        "merge_heads",
-        "multi_head_attention",
-        "multi_head_attention_sum_form",
-    ),
-    "04_positional_encoding": ("sinusoidal_positional_encoding", "relative_position_matrix"),
-    "05_layer_norm": ("layer_norm", "add_and_norm"),
-    "06_transformer": ("padding_mask", "causal_mask", "position_wise_feed_forward", "label_smoothing_loss"),
-}
-
-_MODULES = {slug: f"course_lib.grading.exercises.ch{slug[:2]}" for slug in ASSIGNMENTS}
+_MODULES = {a.slug: f"course_lib.grading.exercises.{a.module}" for a in TABLE}
 _cache: dict[str, Exercise] = {}
 
 

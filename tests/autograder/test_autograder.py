@@ -537,6 +537,7 @@ def test_killing_the_grader_at_any_moment_then_rerunning_grades_each_submission_
     assert proc.poll() is None, proc.stdout.read().decode()
     os.killpg(proc.pid, signal.SIGKILL)  # the grader and everything it started
     proc.wait()
+    proc.stdout.close()
     before = sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0]
     assert 3 <= before < n
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -22,6 +22,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import implementation_id
+
 import course_lib
 from course_lib.grading import check, exercise
 
@@ -453,11 +455,7 @@ CORRECT = [
 ]
 
 
-def _id(fn) -> str:
-    return f"{fn.__module__.split('.')[0]}.{fn.__name__}"
-
-
-@pytest.mark.parametrize("name, fn", [pytest.param(n, f, id=_id(f)) for n, f in CORRECT])
+@pytest.mark.parametrize("name, fn", [pytest.param(n, f, id=implementation_id(f)) for n, f in CORRECT])
 def test_reference_and_alternative_correct_implementations_score_full_marks(name, fn):
     report = check(fn, name=name)
     assert report.status == "passed", str(report)

@@ -16,34 +16,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from conftest import assert_diagnosed, assert_full_marks
+
 import course_lib
+from course_lib.assignments import ASSIGNMENTS
 from course_lib.grading import check, exercises_of
 
 SLUG = "06_transformer"
-NAMES = ("padding_mask", "causal_mask", "position_wise_feed_forward", "label_smoothing_loss")
-
-
-def _assert_full_marks(report):
-    assert report.status == "passed", str(report)
-    assert report.score == report.max_score > 0
-
-
-def _assert_diagnosed(report, phrase: str):
-    assert report.status == "failed", str(report)
-    assert report.score < report.max_score
-    assert any(phrase in d for d in report.diagnoses), f"{phrase!r} not in {report.diagnoses}\n{report}"
+NAMES = ASSIGNMENTS[SLUG]
 
 
 # --- the exercise set as a whole --------------------------------------------------------------------
-
-
-def test_exercises_cover_the_assignment_in_notebook_order():
-    assert tuple(ex.name for ex in exercises_of(SLUG)) == NAMES
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_reference_scores_full_marks(name):
-    _assert_full_marks(check(getattr(course_lib, name), name=name))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -51,27 +34,6 @@ def test_points_per_function_are_integers_in_a_sensible_range(name):
     ex = next(e for e in exercises_of(SLUG) if e.name == name)
     assert all(float(c.points).is_integer() and c.points >= 1 for c in ex.cases())
     assert 6 <= ex.max_score <= 12
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_every_classic_mistake_is_diagnosed_by_its_own_implementation(name):
-    ex = next(e for e in exercises_of(SLUG) if e.name == name)
-    for m in ex.mistakes:
-        report = check(m.implementation, name=name)
-        assert report.score < report.max_score, m.message
-        assert m.message in report.diagnoses, f"{m.message!r} not diagnosed:\n{report}"
-
-
-def _stub(*args, **kwargs):
-    raise NotImplementedError()
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_stub_scores_zero_as_not_implemented(name):
-    report = check(_stub, name=name)
-    assert report.status == "not implemented"
-    assert report.score == 0
-    assert "not implemented yet" in str(report)
 
 
 # --- padding_mask -------------------------------------------------------------------------------------
@@ -96,7 +58,7 @@ def padding_mask_loops(tokens, pad_id):
 
 @pytest.mark.parametrize("fn", [padding_mask_ne, padding_mask_numpy, padding_mask_loops])
 def test_padding_mask_alternative_correct_implementations_score_full_marks(fn):
-    _assert_full_marks(check(fn, name="padding_mask"))
+    assert_full_marks(check(fn, name="padding_mask"))
 
 
 def padding_mask_inverted(tokens, pad_id):
@@ -138,7 +100,7 @@ def padding_mask_from_lengths(tokens, pad_id):
     (padding_mask_from_lengths, "padding sits at the end"),
 ])
 def test_padding_mask_classic_mistakes_are_diagnosed(fn, phrase):
-    _assert_diagnosed(check(fn, name="padding_mask"), phrase)
+    assert_diagnosed(check(fn, name="padding_mask"), phrase)
 
 
 def test_padding_mask_comparing_with_zero_still_passes_when_pad_is_zero():
@@ -180,7 +142,7 @@ def causal_mask_not_triu(size, device=None):
 
 @pytest.mark.parametrize("fn", [causal_mask_arange, causal_mask_numpy, causal_mask_loops, causal_mask_not_triu])
 def test_causal_mask_alternative_correct_implementations_score_full_marks(fn):
-    _assert_full_marks(check(fn, name="causal_mask"))
+    assert_full_marks(check(fn, name="causal_mask"))
 
 
 def causal_mask_off_by_one(size, device=None):
@@ -223,7 +185,7 @@ def causal_mask_additive_large_negative(size, device=None):
     (causal_mask_additive_large_negative, "large negative"),
 ])
 def test_causal_mask_classic_mistakes_are_diagnosed(fn, phrase):
-    _assert_diagnosed(check(fn, name="causal_mask"), phrase)
+    assert_diagnosed(check(fn, name="causal_mask"), phrase)
 
 
 def test_causal_mask_inverted_is_not_called_off_by_one():
@@ -300,7 +262,7 @@ def position_wise_feed_forward_rows(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
 @pytest.mark.parametrize("fn", [position_wise_feed_forward_einsum, position_wise_feed_forward_linear,
                                 position_wise_feed_forward_rows])
 def test_position_wise_feed_forward_alternative_correct_implementations_score_full_marks(fn):
-    _assert_full_marks(check(fn, name="position_wise_feed_forward"))
+    assert_full_marks(check(fn, name="position_wise_feed_forward"))
 
 
 def position_wise_feed_forward_no_relu(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
@@ -346,7 +308,7 @@ def position_wise_feed_forward_gelu(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
     (position_wise_feed_forward_gelu, "GELU"),
 ])
 def test_position_wise_feed_forward_classic_mistakes_are_diagnosed(fn, phrase):
-    _assert_diagnosed(check(fn, name="position_wise_feed_forward"), phrase)
+    assert_diagnosed(check(fn, name="position_wise_feed_forward"), phrase)
 
 
 def test_position_wise_feed_forward_transposed_weights_fail_with_an_error_on_non_square_weights():
@@ -430,7 +392,7 @@ def label_smoothing_loss_max_shift(logits, target, smoothing, ignore_index=-100)
 @pytest.mark.parametrize("fn", [label_smoothing_loss_explicit_target, label_smoothing_loss_rows,
                                 label_smoothing_loss_max_shift])
 def test_label_smoothing_loss_alternative_correct_implementations_score_full_marks(fn):
-    _assert_full_marks(check(fn, name="label_smoothing_loss"))
+    assert_full_marks(check(fn, name="label_smoothing_loss"))
 
 
 def _smoothed(logits, target, smoothing, ignore_index, q_true, q_other, reduce="mean", ignore=True,
@@ -496,7 +458,7 @@ def label_smoothing_loss_log_softmax_of_softmax(logits, target, smoothing, ignor
     (label_smoothing_loss_log_softmax_of_softmax, "log of the softmax"),
 ])
 def test_label_smoothing_loss_classic_mistakes_are_diagnosed(fn, phrase):
-    _assert_diagnosed(check(fn, name="label_smoothing_loss"), phrase)
+    assert_diagnosed(check(fn, name="label_smoothing_loss"), phrase)
 
 
 def test_label_smoothing_loss_unstable_version_fails_only_the_large_logits_test():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch.nn.functional import softmax as renamed_softmax
@@ -56,14 +58,14 @@ def honest(x, dim=-1):
 def test_forbidden_calls_are_found_however_they_are_written(fn, word):
     notes = violations_in_function(fn, RULES)
     assert notes and word in notes[0]
-    source = open(__file__).read()
+    source = Path(__file__).read_text()
     notes = violations_in_source(source, fn.__name__, RULES)
     assert notes and word in notes[0]
 
 
 def test_an_honest_function_has_no_forbidden_calls():
     assert violations_in_function(honest, RULES) == []
-    assert violations_in_source(open(__file__).read(), "honest", RULES) == []
+    assert violations_in_source(Path(__file__).read_text(), "honest", RULES) == []
 
 
 def test_a_forbidden_call_scores_zero_with_the_reason():
@@ -172,7 +174,7 @@ def imports_inside_the_body(x, dim=-1):
 
 def test_an_import_inside_the_function_body_is_resolved_too():
     assert "reference implementation" in violations_in_function(imports_inside_the_body, RULES)[0]
-    assert "reference implementation" in violations_in_source(open(__file__).read(), "imports_inside_the_body", RULES)[0]
+    assert "reference implementation" in violations_in_source(Path(__file__).read_text(), "imports_inside_the_body", RULES)[0]
 
 
 # -- the ways of hiding a forbidden call, seen by check() in a notebook ------------

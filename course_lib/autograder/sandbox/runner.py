@@ -61,7 +61,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from ...grading.core import Call, Outcome
+from ...grading.core import OUTCOME_STATUSES, Call, Outcome
 from ..notebook import python_source
 from ..text import student_message, valid_utf8
 from . import isolation as iso
@@ -75,7 +75,6 @@ BASE_UID = 60000
 _READY_SECONDS = 180.0       # a cold start imports torch; a loaded machine can be slow
 _WATCHDOG_GRACE = 30.0       # the supervisor enforces the limit; this only catches a stuck worker
 _CGROUP_HEADROOM = 128 << 20  # the job's supervisor and the copy-on-write pages of a fork
-_OUTCOME_STATUSES = ("ok", "not_implemented", "error", "timeout", "bad_type")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -266,7 +265,7 @@ class _Conversation:
     def _outcome(self, g: dict) -> Outcome:
         seen = [_clip_str(s, 120) for s in g.get("seen", [])][:20] if isinstance(g.get("seen"), list) else []
         status = g.get("status")
-        if status not in _OUTCOME_STATUSES:
+        if status not in OUTCOME_STATUSES:
             return Outcome("bad_type", message="returned a value that cannot be read", seen=seen)
         if status != "ok":
             return Outcome(status, message=_clip_str(g.get("msg")), seen=seen)
