@@ -71,7 +71,11 @@ def local_attention_weights(
         The local attention weights.
     """
     dims = check_shapes("local_attention_weights", scores=(scores, "N S"), center=(center, "N"))
-    if isinstance(half_window, bool) or not isinstance(half_window, (int, float)) or half_window <= 0:
+    if isinstance(half_window, bool) or not isinstance(half_window, (int, float)):
+        raise TypeError(
+            f"local_attention_weights: argument 'half_window' must be a number, got {type(half_window).__name__}"
+        )
+    if not half_window > 0:
         raise ValueError(
             f"local_attention_weights: argument 'half_window' must be a positive number, got {half_window!r}"
         )

@@ -69,7 +69,8 @@ def relative_position_matrix(offset: int, d_model: int) -> torch.Tensor:
                               \sin k\omega_i & \cos k\omega_i \end{pmatrix}.
 
     Args:
-        offset: k; any integer (negative moves back).
+        offset: k, the shift in positions: an integer (negative moves back), or any real
+            number for a fractional shift.
         d_model: width; must be even.
 
     Shape:

@@ -1,4 +1,4 @@
-"""The package's outside: importable names, the command line, and the strict book build."""
+"""The package's outside: importable names, signatures and the command line."""
 
 import inspect
 import subprocess

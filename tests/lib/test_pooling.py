@@ -223,3 +223,14 @@ def test_local_weights_float64_in_float64_out():
 def test_local_weights_reject_a_non_positive_half_window(half_window):
     with pytest.raises(ValueError, match="half_window"):
         local_attention_weights(torch.randn(1, 5), torch.tensor([2.0]), half_window)
+
+
+@pytest.mark.parametrize("half_window", ["2", None, True, torch.tensor(2)])
+def test_local_weights_reject_a_half_window_that_is_not_a_number_with_a_type_error(half_window):
+    with pytest.raises(TypeError, match="half_window.*must be a number"):
+        local_attention_weights(torch.zeros(1, 4), torch.zeros(1), half_window)
+
+
+def test_local_weights_reject_a_nan_half_window():
+    with pytest.raises(ValueError, match="half_window.*positive"):
+        local_attention_weights(torch.zeros(1, 4), torch.zeros(1), float("nan"))
