@@ -12,6 +12,8 @@ stands for a fixed size.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 __all__ = ["check_shapes", "check_mask", "check_positive_int"]
@@ -45,7 +47,7 @@ def _shape(x: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in x.shape) + ")"
 
 
-def check_shapes(fn: str, floating: bool = True, **specs) -> dict[str, int]:
+def check_shapes(fn: str, floating: bool = True, **specs: Any) -> dict[str, Any]:
     """Check tensors against shape specs and return the bound sizes.
 
     Args:

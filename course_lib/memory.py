@@ -62,10 +62,11 @@ def run_variant(name: str, size: int) -> dict:
             warm_up(*(torch.randn(1, 1, 16, D) for _ in range(3)))
     q, k, v = (torch.randn(1, 1, size, D) for _ in range(3))  # (N, H, L, D), L = S = size
     seconds = 0.0
-    if VARIANTS[name] is not None:
+    variant = VARIANTS[name]
+    if variant is not None:
         with torch.no_grad():
             t0 = time.perf_counter()
-            out = VARIANTS[name](q, k, v)  # (N, H, L, D)
+            out = variant(q, k, v)  # (N, H, L, D)
             seconds = time.perf_counter() - t0
         assert torch.isfinite(out).all()
     return {"variant": name, "peak_mib": _peak_rss_mib(), "seconds": seconds}

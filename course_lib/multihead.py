@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 
@@ -66,6 +68,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 def _project_heads(fn, query, key, value, W_q, W_k, W_v, W_o, num_heads, mask, biases):
     """Check arguments, project and split: returns per-head q, k, v of shape (N, H, *, D)."""
     check_positive_int(fn, "num_heads", num_heads)
+    bias_specs: dict[str, Any] = {name: (b, "? E") for name, b in biases.items()}
     dims = check_shapes(
         fn,
         query=(query, "N L E"),
@@ -75,7 +78,7 @@ def _project_heads(fn, query, key, value, W_q, W_k, W_v, W_o, num_heads, mask, b
         W_k=(W_k, "E E"),
         W_v=(W_v, "E E"),
         W_o=(W_o, "E E"),
-        **{name: (b, "? E") for name, b in biases.items()},
+        **bias_specs,
     )
     if dims["E"] % num_heads:
         raise ValueError(f"{fn}: embed dim E={dims['E']} is not divisible by num_heads={num_heads}")
@@ -226,6 +229,16 @@ class MultiHeadAttention(nn.Module):
         - output: :math:`(N, L, E)`; weights: :math:`(N, H, L, S)`
     """
 
+    # Registered in __init__'s loop (the order fixes the initialisation's random draws).
+    W_q: torch.Tensor
+    W_k: torch.Tensor
+    W_v: torch.Tensor
+    W_o: torch.Tensor
+    b_q: torch.Tensor | None
+    b_k: torch.Tensor | None
+    b_v: torch.Tensor | None
+    b_o: torch.Tensor | None
+
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
         check_positive_int("MultiHeadAttention", "embed_dim", embed_dim)
@@ -300,7 +313,7 @@ class MultiHeadAttention(nn.Module):
                 if m.in_proj_bias is not None:
                     getattr(new, f"b_{n}").copy_(m.in_proj_bias[i * E : (i + 1) * E])
             new.W_o.copy_(m.out_proj.weight.T)
-            if m.out_proj.bias is not None:
+            if m.out_proj.bias is not None and new.b_o is not None:
                 new.b_o.copy_(m.out_proj.bias)
         return new.train(m.training)
 

@@ -107,6 +107,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         - output: same as ``x``
     """
 
+    pe: torch.Tensor  # (max_len, d_model), a buffer
+
     def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
         super().__init__()
         self.dropout = nn.Dropout(dropout)

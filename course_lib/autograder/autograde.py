@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from ..grading.core import Exercise, Outcome, Report, judge, zero_report
 from ..grading.forbidden import NotebookScan
@@ -218,5 +218,5 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             if report.status == "forbidden":
                 flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
             reports.append(report)
-    status = "graded" if result.status == "ok" else result.status
+    status = cast(RecordStatus, "graded" if result.status == "ok" else result.status)
     return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks)

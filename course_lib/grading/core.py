@@ -265,6 +265,7 @@ def call_once(fn: Callable[..., Any], call: Call, time_limit: float | None = CAL
             raise _CallTimeout()
 
         old = signal.signal(signal.SIGALRM, _on_alarm)
+        assert time_limit is not None  # use_alarm needs one
         signal.setitimer(signal.ITIMER_REAL, time_limit)
     try:
         value = fn(*args, **kwargs)
@@ -588,6 +589,7 @@ def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequ
         for i, r in enumerate(results):
             if i in gated and r.passed:
                 r.points, r.passed, r.feedback, r.withheld = 0.0, False, PROPERTY_GATE, True
+    status: ReportStatus
     if all_not_implemented:
         for r in results:
             r.feedback = "not implemented yet"

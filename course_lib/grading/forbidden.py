@@ -30,7 +30,7 @@ import inspect
 import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, cast
 
 from .opwatch import resolve
 
@@ -211,13 +211,13 @@ def _refs(root: ast.AST) -> Iterator[Ref]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
             if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
                 base = _chain(node.args[0]) or ["<expr>"]
-                chain = base + [node.args[1].value]
-                yield Ref(chain, ".".join(chain), node)
+                read = base + [node.args[1].value]
+                yield Ref(read, ".".join(read), node)
             elif node.func.id == "getattr":
                 yield Ref(["getattr"], "getattr", node, "getattr() with a computed name")
         if id(node) in inner:
             continue  # part of a longer dotted name, which is read whole
-        chain = None
+        chain: list[str] | None = None
         if isinstance(node, ast.Attribute):
             chain = _chain(node)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
@@ -664,8 +664,9 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
             if isinstance(obj, types.MethodType):
                 obj = obj.__func__
             if isinstance(obj, functools_partial()):
-                todo.append(obj.func)
-                todo.extend(obj.args)
+                partial = cast(Any, obj)
+                todo.append(partial.func)
+                todo.extend(partial.args)
                 continue
             if id(obj) in r.objects:
                 note(_describe(r.objects[id(obj)], getattr(obj, "__name__", "?")))
@@ -689,8 +690,9 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
             env = dict(vars(builtins))
             env.update(getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or builtins))
             code = getattr(obj, "__code__", None)
-            if code is not None and getattr(obj, "__closure__", None):
-                for var, cell in zip(code.co_freevars, obj.__closure__):
+            closure = getattr(obj, "__closure__", None)
+            if code is not None and closure:
+                for var, cell in zip(code.co_freevars, closure, strict=False):
                     try:
                         env[var] = cell.cell_contents
                     except ValueError:

@@ -32,6 +32,8 @@ from course_lib.autograder.gradebook import Gradebook
 from course_lib.grading.registry import ASSIGNMENTS, exercise
 from course_lib.autograder.sandbox.runner import BASE_UID, Limits, Runner
 
+pytestmark = pytest.mark.sandbox
+
 A = "02_self_attention"
 SEED = 20261123
 LIMITS = Limits(call_seconds=2.0, submission_seconds=20.0, memory_mb=512, processes=32)

@@ -27,6 +27,8 @@ import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
+pytestmark = pytest.mark.browser
+
 HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html")).resolve()
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"

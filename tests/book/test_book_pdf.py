@@ -24,6 +24,8 @@ EXT = ROOT / "book" / "_ext"
 sys.path.insert(0, str(EXT))
 import print_pdf  # noqa: E402
 
+pytestmark = pytest.mark.browser
+
 SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="200" height="80" viewBox="0 0 200 80">'
        '<rect x="5" y="5" width="190" height="70" fill="#cfe2f3" stroke="#3d6fa8"/></svg>')
 

@@ -210,12 +210,12 @@ def _mha_mistake(**how):
 
 def _sum_form_mistake(**how):
     def implementation(*args, **kwargs):
-        return _mha_variant(*args, **kwargs, **how)[0]
+        return _mha_variant(*args, **{**kwargs, **how})[0]
 
     return implementation
 
 
-_CORE_MISTAKES = [
+_CORE_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
     ("no_scale", "forgetting to divide the scores by sqrt(D): the weights are too peaked",
      {"scale": "none"}),
     ("sqrt_e", "scaling the scores by sqrt(E) (d_model) instead of sqrt(D) = sqrt(E / H), the width of "
@@ -250,7 +250,7 @@ _CORE_MISTAKES = [
      {"kv": "key"}),
 ]
 
-_MHA_OUTPUT_MISTAKES = [
+_MHA_OUTPUT_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
     ("mean_heads", "averaging the heads instead of concatenating them (and then multiplying by W_o): "
      "the output has width D = E / H instead of E", {"out": "mean_heads"}),
     ("sum_heads", "summing the heads instead of concatenating them (and then multiplying by W_o): "
@@ -270,7 +270,7 @@ _MHA_OUTPUT_MISTAKES = [
      "nn.MultiheadAttention's default: return them per head, (N, H, L, S)", {"weights": "mean"}),
 ]
 
-_SUM_FORM_OUTPUT_MISTAKES = [
+_SUM_FORM_OUTPUT_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
     ("wo_columns", "taking head h's block of W_o from its columns (W_o[:, hD:(h+1)D], transposed) instead "
      "of its rows W_o[hD:(h+1)D, :]: the rows are the ones that multiply head h's part of the concatenation",
      {"out": "wo_columns"}),
@@ -306,6 +306,7 @@ def _mha_call(g: torch.Generator, N: int, L: int, S: int | None, E: int, H: int,
     if self_attention:
         key = value = query
     else:
+        assert S is not None, "cross-attention needs S"
         key = randn(g, N, S, E, scale=q_scale)
         value = randn(g, N, S, E) if distinct_value else key
     args = (query, key, value, *_weights_set(g, E), H)
