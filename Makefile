@@ -65,10 +65,10 @@ test: $(STAMP) sysdeps book
 	$(BIN)/python -m pytest $(NBVAL) --nbval --sanitize-with nbval_sanitize.cfg solutions/
 	$(BIN)/python -m pytest $(NBVAL) --nbval-lax exercises/
 
-# The quick loop while editing: everything but the sandbox, the book and the browser, and
-# no test marked slow (pyproject.toml lists the markers).
+# The quick loop while editing: the library, the checks and the autograder without the sandbox
+# (no book, no browser), and no test marked slow (pyproject.toml lists the markers).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not sandbox and not book and not browser"
+	$(BIN)/python -m pytest -q -m "not slow and not sandbox" tests/lib tests/grading tests/autograder
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)

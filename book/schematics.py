@@ -214,7 +214,7 @@ class Canvas:
 
     def line(self, points: list[Point], dashed: bool = False, color: str = INK, arrow_end: bool = True) -> None:
         """A polyline through ``points`` (for routed connections such as residual paths)."""
-        xs, ys = zip(*points)
+        xs, ys = zip(*points, strict=False)
         self.ax.plot(xs[:-1] if arrow_end else xs, ys[:-1] if arrow_end else ys, color=color, linewidth=1.2,
                      linestyle="--" if dashed else "-", zorder=4, solid_capstyle="round")
         if arrow_end:

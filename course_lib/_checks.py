@@ -43,7 +43,8 @@ def _format_shape(spec: list[str], dims: dict[str, int]) -> str:
     return "(" + ", ".join(parts) + ")"
 
 
-def _shape(x: torch.Tensor) -> str:
+def shape_str(x: torch.Tensor) -> str:
+    """A tensor's shape as in messages: ``(2, 3)``."""
     return "(" + ", ".join(str(s) for s in x.shape) + ")"
 
 
@@ -86,7 +87,7 @@ def check_shapes(fn: str, floating: bool = True, **specs: Any) -> dict[str, Any]
             want = f"at least {len(core)}" if has_batch else f"{len(core)}"
             raise ValueError(
                 f"{fn}: argument '{name}' must have shape {_format_shape(spec, dims)} ({want} dims), "
-                f"got shape {_shape(x)} ({x.dim()} dims)"
+                f"got shape {shape_str(x)} ({x.dim()} dims)"
             )
         sizes = list(x.shape)
         if has_batch:
@@ -98,11 +99,11 @@ def check_shapes(fn: str, floating: bool = True, **specs: Any) -> dict[str, Any]
                     raise ValueError(
                         f"{fn}: argument '{name}' has batch dims {tuple(batch)} that do not "
                         f"broadcast with the earlier arguments' {dims['...']} "
-                        f"(shape {_shape(x)}, expected {_format_shape(spec, dims)})"
+                        f"(shape {shape_str(x)}, expected {_format_shape(spec, dims)})"
                     ) from None
             else:
                 dims["..."] = tuple(batch)
-        for letter, size in zip(core, sizes):
+        for letter, size in zip(core, sizes, strict=False):
             if letter.isdigit():
                 ok = size == int(letter)
             else:
@@ -110,7 +111,7 @@ def check_shapes(fn: str, floating: bool = True, **specs: Any) -> dict[str, Any]
             if not ok:
                 raise ValueError(
                     f"{fn}: argument '{name}' must have shape {_format_shape(spec, dims)}, "
-                    f"got shape {_shape(x)} (size of {letter} disagrees)"
+                    f"got shape {shape_str(x)} (size of {letter} disagrees)"
                 )
     return dims
 
@@ -148,7 +149,7 @@ def check_mask(fn: str, mask, target: tuple[int, ...], target_spec: str, name: s
     if not ok:
         raise ValueError(
             f"{fn}: argument '{name}' must broadcast to {target_spec} = {tuple(target)}, "
-            f"got shape {_shape(mask)}"
+            f"got shape {shape_str(mask)}"
         )
     return mask
 

@@ -82,7 +82,7 @@ class PositionwiseFeedForward(nn.Module):
             x, self.W_1, self.b_1, self.W_2, self.b_2, dropout_p=self.dropout if self.training else 0.0
         )
 
-    def load_linear_(self, linear1: nn.Linear, linear2: nn.Linear) -> "PositionwiseFeedForward":
+    def load_linear_(self, linear1: nn.Linear, linear2: nn.Linear) -> PositionwiseFeedForward:
         """Copy the weights of two :class:`torch.nn.Linear` layers (as in PyTorch's transformer)."""
         with torch.no_grad():
             self.W_1.copy_(linear1.weight.T)

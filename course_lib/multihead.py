@@ -292,7 +292,7 @@ class MultiHeadAttention(nn.Module):
         return _linear(merge_heads(heads), self.W_o, self.b_o), weights
 
     @classmethod
-    def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
         """Copy the weights of a :class:`torch.nn.MultiheadAttention` (either ``batch_first``).
 
         PyTorch stores ``in_proj_weight`` (3E, E) for ``x @ W.T``; we store each (E, E)

@@ -30,7 +30,7 @@ class Vocab:
     symbols: tuple[str, ...]
 
     @classmethod
-    def from_symbols(cls, symbols) -> "Vocab":
+    def from_symbols(cls, symbols) -> Vocab:
         return cls(SPECIALS + tuple(symbols))
 
     def __len__(self) -> int:

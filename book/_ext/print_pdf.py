@@ -332,7 +332,7 @@ def fix_outline(pdf: Path, headings: list[dict]) -> int:
         return 0
     title_re = re.compile(rb"/Title (\((?:[^()\\]|\\.)*\)|<[0-9A-Fa-f]*>)")
     updates = []
-    for (num, body), heading in zip(items, headings):
+    for (num, body), heading in zip(items, headings, strict=False):
         m = title_re.search(body)
         if m is None:
             return 0

@@ -18,8 +18,8 @@ from typing import Any, Literal, cast, get_args
 
 from ..grading.core import Exercise, Outcome, Report, judge, zero_report
 from ..grading.forbidden import NotebookScan
-from .notebook import NotebookError, code_cells
 from ..grading.registry import ASSIGNMENTS, exercises_of
+from .notebook import NotebookError, code_cells
 from .text import clean_record, student_message
 
 __all__ = ["grade_submission", "refused_record", "failed_record", "checker_version", "checker_files", "REFERENCE_MODULES", "sha256", "make_job", "split_outcomes",

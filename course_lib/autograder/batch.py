@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..grading.registry import ASSIGNMENTS, exercises_of
 from .autograde import checker_version, failed_record, grade_submission, refused_record, sha256
 from .gradebook import Gradebook
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
-from ..grading.registry import ASSIGNMENTS, exercises_of
 from .text import student_message
 
 __all__ = ["Submission", "discover", "grade_all", "read_submission", "student_id", "Summary"]
@@ -158,7 +158,7 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
     summary = Summary(notes=notes, seed=seed)
     book = Gradebook(db)
     lock = threading.Lock()
-    todo: "queue.Queue[tuple[Submission, bytes, str]]" = queue.Queue()
+    todo: queue.Queue[tuple[Submission, bytes, str]] = queue.Queue()
 
     def save(sub: Submission, record: dict, seconds: float) -> None:
         """Store a record; if that fails, store the failure; count either way."""
@@ -233,7 +233,7 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
         if bar is not None:
             bar.close()
     summary.seconds = time.perf_counter() - start
-    for student, record in book.rows():
+    for _student, record in book.rows():
         summary.by_assignment[record["assignment"]].append((record["score"], record["max_score"]))
     book.close()
     summary.peak_mb = peak_memory_mb()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..grading.core import CALL_TIME_LIMIT
+
 
 def _cmd_assign(args: argparse.Namespace) -> int:
     from .assign import AssignError, assign
@@ -34,9 +36,7 @@ def _cmd_assign(args: argparse.Namespace) -> int:
 
 def _cmd_grade(args: argparse.Namespace) -> int:
     from .batch import grade_all
-    from .sandbox import SandboxUnavailable
-
-    from .sandbox import Limits
+    from .sandbox import Limits, SandboxUnavailable
 
     limits = Limits(call_seconds=args.call_seconds, submission_seconds=args.submission_seconds,
                     memory_mb=args.memory_mb)
@@ -53,11 +53,11 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from ..grading.core import Report
+    from ..grading.registry import ASSIGNMENTS
     from .autograde import grade_submission, refused_record
     from .batch import read_submission
     from .notebook import NotebookError
-    from ..grading.core import Report
-    from ..grading.registry import ASSIGNMENTS
     from .sandbox import Runner, SandboxUnavailable
 
     path = Path(args.notebook)
@@ -138,7 +138,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None,
                    help="draw every test input anew from this seed (recorded per submission), so no output can be "
                         "looked up from the self-check; default: the self-check's inputs")
-    p.add_argument("--call-seconds", type=float, default=10.0, help="CPU time per call of a function (default: 10)")
+    p.add_argument("--call-seconds", type=float, default=CALL_TIME_LIMIT,
+                   help=f"CPU time per call of a function (default: {CALL_TIME_LIMIT:g})")
     p.add_argument("--submission-seconds", type=float, default=60.0,
                    help="wall-clock time for a whole notebook, cells and calls (default: 60)")
     p.add_argument("--memory-mb", type=int, default=1024,

@@ -17,8 +17,8 @@ import json
 import re
 from pathlib import Path
 
-from .gradebook import Gradebook
 from ..grading.registry import ASSIGNMENTS
+from .gradebook import Gradebook
 from .text import csv_cell, markdown_escape, valid_utf8
 
 __all__ = ["export_csv", "export_gradescope", "write_feedback", "file_stem"]

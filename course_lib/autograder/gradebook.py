@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .text import clean_record, valid_utf8
 
@@ -48,7 +49,7 @@ class Gradebook:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "Gradebook":
+    def __enter__(self) -> Gradebook:
         return self
 
     def __exit__(self, *exc: Any) -> None:

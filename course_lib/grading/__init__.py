@@ -14,7 +14,8 @@ test with feedback, never an error of the check itself.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .core import Call, Case, Exercise, Mistake, Outcome, Report, TestResult, judge, run_calls, zero_report
 from .forbidden import violations_in_function
@@ -73,7 +74,7 @@ class when_implemented:
             plt.imshow(sinusoidal_positional_encoding(64, 32))
     """
 
-    def __enter__(self) -> "when_implemented":
+    def __enter__(self) -> when_implemented:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -18,10 +18,13 @@ import html
 import math
 import signal
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal, Sequence, get_args
+from typing import Any, Literal, get_args
 
 import torch
+
+from .._checks import shape_str
 
 __all__ = [
     "Call",
@@ -305,10 +308,6 @@ def _with_article(noun: str) -> str:
     return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
-def _shape(t: torch.Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
-
-
 def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, what: str = "the output",
             names: Sequence[str] = (), nested: bool = False) -> str | None:
     """``None`` when ``actual`` matches ``expected``; otherwise what differs, in words.
@@ -323,7 +322,7 @@ def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, 
             return f"returned a single value, expected a tuple of {len(expected)} ({', '.join(names) or 'values'})"
         if len(actual) != len(expected):
             return f"returned a tuple of {len(actual)} values, expected {len(expected)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=False)):
             item = names[i] if i < len(names) else f"item {i}"
             msg = compare(a, e, atol, rtol, what=f"the {item}", nested=True)
             if msg:
@@ -348,7 +347,7 @@ def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, 
     if not isinstance(actual, torch.Tensor):
         return f"{what} is {_with_article(type(actual).__name__)}, expected a torch.Tensor"
     if actual.shape != expected.shape:
-        return f"{what} has shape {_shape(actual)}, expected {_shape(expected)}"
+        return f"{what} has shape {shape_str(actual)}, expected {shape_str(expected)}"
     if expected.dtype == torch.bool:
         if actual.dtype != torch.bool:
             return f"{what} has dtype {actual.dtype}, expected torch.bool (True = may attend)"
@@ -433,7 +432,7 @@ class Report:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Report":
+    def from_dict(cls, d: dict) -> Report:
         return cls(
             function=d["function"],
             results=[TestResult(**r) for r in d["results"]],
@@ -503,7 +502,7 @@ def _first_problem(outcomes: Sequence[Outcome]) -> Outcome | None:
 
 def _default_judge(case: Case, names: Sequence[str]) -> Judge:
     def judge_(calls, actual, expected):
-        for a, e in zip(actual, expected):
+        for a, e in zip(actual, expected, strict=False):
             msg = compare(a, e, case.atol, case.rtol, names=names)
             if msg:
                 return msg
@@ -564,7 +563,7 @@ def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequ
     names = exercise.output_names
     results: list[TestResult] = []
     all_not_implemented = True
-    for case, outs, exp in zip(cases, outcomes, expected):
+    for case, outs, exp in zip(cases, outcomes, expected, strict=False):
         problem = _first_problem(outs)
         if problem is None or problem.status != "not_implemented":
             all_not_implemented = False

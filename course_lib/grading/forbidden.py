@@ -29,8 +29,9 @@ import builtins
 import inspect
 import textwrap
 import types
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence, cast
+from typing import Any, cast
 
 from .opwatch import resolve
 
@@ -450,7 +451,7 @@ class _Rules:
     objects: dict[int, str] = field(default_factory=dict)  # live mode: id(object) -> rule
 
     @classmethod
-    def of(cls, rules: Sequence[str], live: bool) -> "_Rules":
+    def of(cls, rules: Sequence[str], live: bool) -> _Rules:
         r = cls({x for x in rules if not x.startswith("method:")},
                 {x.split(":", 1)[1] for x in rules if x.startswith("method:")})
         if live:

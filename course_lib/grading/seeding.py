@@ -52,7 +52,7 @@ def mixed_seed(*parts: Any) -> int:
 class FreshCases:
     """The cases of one exercise for one seed, and how many fell back to the self-check's."""
 
-    cases: list["Case"]
+    cases: list[Case]
     fallbacks: int
 
 
@@ -75,7 +75,7 @@ def _scale_value(v: Any, factor: float, memo: dict[int, Any]) -> Any:
     return v
 
 
-def _scaled(case: "Case", factor: float, keep: tuple[int | str, ...] = ()) -> "Case":
+def _scaled(case: Case, factor: float, keep: tuple[int | str, ...] = ()) -> Case:
     """The case with its value tensors times ``factor``; arguments in ``keep`` stay as they are."""
     from .core import Call
 
@@ -92,7 +92,7 @@ def _factor(seed: int, name: str, index: int, attempt: int) -> float:
     return 0.6 + 0.3 * u if u < 0.5 else 1.1 + 0.5 * (u - 0.5) * 2  # in [0.6, 0.75) or [1.1, 1.6)
 
 
-def _build(exercise: "Exercise", seed: int) -> list["Case"]:
+def _build(exercise: Exercise, seed: int) -> list[Case]:
     token = _SEED.set(seed)
     try:
         return exercise.make_cases()
@@ -100,7 +100,7 @@ def _build(exercise: "Exercise", seed: int) -> list["Case"]:
         _SEED.reset(token)
 
 
-def _fails(exercise: "Exercise", case: "Case", fn: Any, expected: list[Any]) -> bool:
+def _fails(exercise: Exercise, case: Case, fn: Any, expected: list[Any]) -> bool:
     from .core import _default_judge, call_once
 
     outs = []
@@ -115,7 +115,7 @@ def _fails(exercise: "Exercise", case: "Case", fn: Any, expected: list[Any]) -> 
         return True
 
 
-def _reference_outputs(exercise: "Exercise", case: "Case") -> list[Any] | None:
+def _reference_outputs(exercise: Exercise, case: Case) -> list[Any] | None:
     from .core import call_once
 
     outs = []
@@ -127,15 +127,15 @@ def _reference_outputs(exercise: "Exercise", case: "Case") -> list[Any] | None:
     return outs
 
 
-def fresh_cases(exercise: "Exercise", seed: int) -> FreshCases:
+def fresh_cases(exercise: Exercise, seed: int) -> FreshCases:
     """The exercise's cases with every input drawn from ``seed`` (see the module docstring)."""
     plain = exercise.cases()
     drawn = _build(exercise, seed)
     if len(drawn) != len(plain):
         raise RuntimeError(f"{exercise.name}: the cases depend on the seed in number ({len(drawn)} vs {len(plain)})")
-    out: list["Case"] = []
+    out: list[Case] = []
     fallbacks = 0
-    for i, (base, new) in enumerate(zip(plain, drawn)):
+    for i, (base, new) in enumerate(zip(plain, drawn, strict=False)):
         if i not in exercise._failing:  # the mistakes this case catches (the same for every seed)
             base_expected = exercise.expected()[i]
             exercise._failing[i] = [m for m in exercise.mistakes
@@ -157,7 +157,7 @@ def fresh_cases(exercise: "Exercise", seed: int) -> FreshCases:
     return FreshCases(out, fallbacks)
 
 
-def calls_of(cases: list["Case"]) -> list["Call"]:
+def calls_of(cases: list[Case]) -> list[Call]:
     return [c for case in cases for c in case.calls]
 
 
@@ -166,18 +166,18 @@ def _same(a: Any, b: Any) -> bool:
         return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (
             a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
     if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=False))
     return type(a) is type(b) and a == b
 
 
-def input_independent(exercise: "Exercise") -> set[int]:
+def input_independent(exercise: Exercise) -> set[int]:
     """The value cases whose expected output does not depend on the input values (a softmax over
     a dimension of size 1 is 1 whatever the scores): redrawn and rescaled inputs give the very
     same reference output. Such a case can be passed by outputs that are not an implementation."""
     plain = exercise.cases()
     drawn = _build(exercise, 1)
     out: set[int] = set()
-    for i, (case, new) in enumerate(zip(plain, drawn)):
+    for i, (case, new) in enumerate(zip(plain, drawn, strict=False)):
         if case.judge is not None:
             continue
         ref = _reference_outputs(exercise, _scaled(new, 1.37, exercise.structure_args))

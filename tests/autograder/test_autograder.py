@@ -9,7 +9,6 @@ the security review's findings (grouped by its items 1-7); the notebooks are our
 
 from __future__ import annotations
 
-from conftest import ROOT
 import csv
 import json
 import os
@@ -23,14 +22,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 import course_lib
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.batch import grade_all
 from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
 from course_lib.autograder.gradebook import Gradebook
-from course_lib.grading.registry import ASSIGNMENTS, exercise
 from course_lib.autograder.sandbox.runner import BASE_UID, Limits, Runner
+from course_lib.grading.registry import ASSIGNMENTS, exercise
 
 pytestmark = pytest.mark.sandbox
 

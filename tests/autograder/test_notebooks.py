@@ -6,16 +6,16 @@ without errors.)
 
 from __future__ import annotations
 
-from conftest import ROOT
 import json
 from pathlib import Path
 
 import matplotlib
 import pytest
+from conftest import ROOT
 
-from course_lib.grading import ASSIGNMENTS, check, exercise, judge, run_calls
 from course_lib.autograder.assign import AssignError, assign, make_exercise
 from course_lib.autograder.notebook import code_cells
+from course_lib.grading import ASSIGNMENTS, check, exercise, judge, run_calls
 
 matplotlib.use("Agg")
 

@@ -13,7 +13,6 @@ screenshots, light and dark, go to `artifacts/screenshots/`.
 
 from __future__ import annotations
 
-from conftest import ROOT
 import base64
 import functools
 import http.server
@@ -25,6 +24,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
+from conftest import ROOT
 from playwright.sync_api import sync_playwright
 
 pytestmark = pytest.mark.browser

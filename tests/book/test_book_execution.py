@@ -9,9 +9,9 @@ script reads it.
 
 from __future__ import annotations
 
-from conftest import ROOT
 import sys
-from pathlib import Path
+
+from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 

@@ -9,13 +9,13 @@ the name exists. A few seconds.
 
 from __future__ import annotations
 
-from conftest import ROOT
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import yaml
+from conftest import ROOT
 
 EXT = ROOT / "book" / "_ext"
 

@@ -12,13 +12,14 @@ image that did not load. About 20 s.
 
 from __future__ import annotations
 
-from conftest import ROOT
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
+import pytest
+from conftest import ROOT
 
 EXT = ROOT / "book" / "_ext"
 sys.path.insert(0, str(EXT))

@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import assert_diagnosed, assert_full_marks
 
 import course_lib
-from course_lib.grading import check, exercise, exercises_of, judge, run_calls
-from course_lib.grading.exercises import ch01
 from course_lib.assignments import ASSIGNMENTS
+from course_lib.grading import check, exercise, judge, run_calls
+from course_lib.grading.exercises import ch01
 
 SLUG = "01_seq2seq_attention"
 NAMES = ASSIGNMENTS[SLUG]

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import implementation_id
 
 import course_lib
@@ -167,7 +166,7 @@ def sdpa_by_loops(q, k, v, mask=None):
             scores = torch.stack([qf[b, i] @ kf[b, j] for j in allowed]) / math.sqrt(D)
             w = torch.exp(scores - scores.max())
             w = w / w.sum()
-            for w_j, j in zip(w, allowed):
+            for w_j, j in zip(w, allowed, strict=False):
                 weights[b, i, j] = w_j
                 out[b, i] += w_j * vf[b, j]
     return out.reshape(*batch, L, Dv), weights.reshape(*batch, L, S)

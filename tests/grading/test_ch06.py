@@ -15,7 +15,6 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from conftest import assert_diagnosed, assert_full_marks
 
 import course_lib
@@ -367,7 +366,7 @@ def label_smoothing_loss_explicit_target(logits, target, smoothing, ignore_index
 
 def label_smoothing_loss_rows(logits, target, smoothing, ignore_index=-100):
     total, count = 0.0, 0
-    for row, y in zip(logits.tolist(), target.tolist()):
+    for row, y in zip(logits.tolist(), target.tolist(), strict=False):
         if y == ignore_index:
             continue
         m = max(row)

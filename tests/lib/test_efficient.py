@@ -3,15 +3,14 @@ sliding_window_attention, and of the memory benchmark course_lib.memory."""
 
 from __future__ import annotations
 
-from conftest import ROOT
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -25,7 +24,6 @@ from course_lib import (
     sliding_window_mask,
     tiled_attention,
 )
-
 
 
 def sdpa_output(q, k, v, mask=None):
@@ -166,7 +164,7 @@ def test_tiled_gradients_match_sdpa_and_are_finite_with_fully_masked_rows():
         return q.grad, k.grad, v.grad
 
     ours, theirs = grads(lambda *a: tiled_attention(*a, block_size=3)), grads(sdpa_output)
-    for g_ours, g_theirs in zip(ours, theirs):
+    for g_ours, g_theirs in zip(ours, theirs, strict=False):
         assert torch.isfinite(g_ours).all()
         torch.testing.assert_close(g_ours, g_theirs)
     assert (ours[0][:, 0] == 0).all()  # the fully masked query row gets no gradient
@@ -379,7 +377,7 @@ def test_sliding_window_gradients_match_the_definition_and_are_finite():
         (out.square().sum() + weights.square().sum()).backward()
         return q.grad, k.grad, v.grad
 
-    for g_ours, g_theirs in zip(grads(sliding_window_attention), grads(windowed_sdpa)):
+    for g_ours, g_theirs in zip(grads(sliding_window_attention), grads(windowed_sdpa), strict=False):
         assert torch.isfinite(g_ours).all()
         torch.testing.assert_close(g_ours, g_theirs)
 
@@ -423,7 +421,7 @@ def test_sliding_window_without_weights_gradients_match_the_definition():
         return q.grad, k.grad, v.grad
 
     ours = grads(lambda *a: sliding_window_attention(*a, return_weights=False))
-    for g_ours, g_theirs in zip(ours, grads(windowed_sdpa)):
+    for g_ours, g_theirs in zip(ours, grads(windowed_sdpa), strict=False):
         assert torch.isfinite(g_ours).all()
         torch.testing.assert_close(g_ours, g_theirs)
 

@@ -212,7 +212,7 @@ def test_label_smoothing_loss_matches_the_smoothed_target_formula():
         z = math.log(sum(math.exp(float(v)) for v in logits[n]))
         log_p = [float(v) - z for v in logits[n]]
         q = [eps / C + (1 - eps if c == int(target[n]) else 0.0) for c in range(C)]
-        total += -sum(qc * lp for qc, lp in zip(q, log_p))
+        total += -sum(qc * lp for qc, lp in zip(q, log_p, strict=False))
     torch.testing.assert_close(label_smoothing_loss(logits, target, eps), torch.tensor(total / N, dtype=torch.float64))
 
 

@@ -61,7 +61,7 @@ class MemoryCgroup:
 
     # ---------------------------------------------------------------- creation
     @classmethod
-    def create(cls, name: str) -> "MemoryCgroup | None":
+    def create(cls, name: str) -> MemoryCgroup | None:
         """A new cgroup ``name`` under this process's own, or None where that is not possible."""
         own = _own_cgroups()
         for mount, fstype, options in _mounts():
@@ -77,7 +77,7 @@ class MemoryCgroup:
         return None
 
     @classmethod
-    def _make(cls, path: Path, version: int) -> "MemoryCgroup | None":
+    def _make(cls, path: Path, version: int) -> MemoryCgroup | None:
         try:
             path.mkdir(exist_ok=True)
             cg = cls(path, version)

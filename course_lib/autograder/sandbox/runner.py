@@ -61,7 +61,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from ...grading.core import OUTCOME_STATUSES, Call, Outcome
+from ...grading.core import CALL_TIME_LIMIT, OUTCOME_STATUSES, Call, Outcome
 from ..notebook import python_source
 from ..text import student_message, valid_utf8
 from . import isolation as iso
@@ -85,7 +85,7 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
     """Resource limits of one submission (see the module docstring)."""
 
-    call_seconds: float = 10.0        # one call of a student function (CPU time; wall-clock backstop 5x)
+    call_seconds: float = CALL_TIME_LIMIT  # one call of a student function (CPU time; wall-clock backstop 5x)
     submission_seconds: float = 60.0  # whole submission (cells + all calls), wall clock
     memory_mb: int = 1024             # all the submission's processes together (cgroup), and each (rlimit)
     processes: int = 32               # max processes/threads for the sandboxed uid

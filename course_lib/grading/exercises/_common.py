@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -48,7 +49,7 @@ def structure_problem(actual: Any, expected: Any, names: Sequence[str] = (), nes
     if isinstance(expected, tuple):
         if not isinstance(actual, tuple) or len(actual) != len(expected):
             return compare(actual, expected, names=names)
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=False)):
             msg = structure_problem(a, e, (names[i] if i < len(names) else f"item {i}",), nested=True)
             if msg:
                 return msg
@@ -65,7 +66,7 @@ def structure_problem(actual: Any, expected: Any, names: Sequence[str] = (), nes
 
 def first_structure_problem(actual: Sequence[Any], expected: Sequence[Any], names: Sequence[str] = ()) -> str | None:
     """:func:`structure_problem` of a case's first call that has one (one output per call)."""
-    for a, e in zip(actual, expected):
+    for a, e in zip(actual, expected, strict=False):
         msg = structure_problem(a, e, names)
         if msg:
             return msg

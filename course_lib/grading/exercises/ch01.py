@@ -199,7 +199,7 @@ _COS_MISTAKES = [
 
 
 def _within_minus_one_one(calls, actual, expected) -> str | None:
-    for a, e in zip(actual, expected):
+    for a, e in zip(actual, expected, strict=False):
         msg = structure_problem(a, e)
         if msg:
             return msg
@@ -344,7 +344,7 @@ _ADD_MISTAKES = [
 
 
 def _bounded_by_v(calls, actual, expected) -> str | None:
-    for c, a, e in zip(calls, actual, expected):
+    for c, a, e in zip(calls, actual, expected, strict=False):
         msg = structure_problem(a, e)
         if msg:
             return msg
@@ -618,7 +618,7 @@ _LOCAL_MISTAKES = [
 
 
 def _local_shape(calls, actual, expected) -> str | None:
-    for c, a, e in zip(calls, actual, expected):
+    for c, a, e in zip(calls, actual, expected, strict=False):
         msg = structure_problem(a, e)
         if msg:
             return msg

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -383,7 +384,7 @@ def _per_head_mask(g: torch.Generator, N: int, H: int, L: int, S: int) -> torch.
 def _heads_consistent(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     """The weights are per head (N, H, L, S), sum to 1 over the keys, and the output is
     what they give: concat_h(A_h V_h) W_o, with V_h the head-h columns of value @ W_v."""
-    for c, a, e in zip(calls, actual, expected):
+    for c, a, e in zip(calls, actual, expected, strict=False):
         if not isinstance(a, tuple) or len(a) != 2:
             return "should return a tuple (output, weights)"
         out, w = a
@@ -445,7 +446,7 @@ def _mha_cases() -> list[Case]:
 
 def _equals_concat_form(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     """Judge: the output equals multi_head_attention's (concatenation form) to float64 rounding."""
-    for c, a in zip(calls, actual):
+    for c, a in zip(calls, actual, strict=False):
         concat, _ = multi_head_attention(*c.args)
         if isinstance(a, torch.Tensor) and a.dtype != concat.dtype:
             return (f"the output has dtype {a.dtype} for {concat.dtype} inputs: keep the inputs' dtype "

@@ -7,7 +7,8 @@ The reference requires an even ``d_model`` (sin and cos come in pairs) and raise
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -178,7 +179,7 @@ def _rpm_concatenated(offset: int, d_model: int) -> torch.Tensor:
 
 def _moves_rows(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     """PE[p] @ M == PE[p + offset] for every p with both rows in a table of 40 positions."""
-    for call, M in zip(calls, actual):
+    for call, M in zip(calls, actual, strict=False):
         offset, d_model = call.args
         if not isinstance(M, torch.Tensor) or not M.is_floating_point():
             return "M should be a floating-point tensor"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -143,7 +144,7 @@ def _affine(g: torch.Generator, E: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _standardised(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     """With gamma = 1 and beta = 0, every row has mean 0 and (biased) variance var / (var + eps)."""
-    for call, y in zip(calls, actual):
+    for call, y in zip(calls, actual, strict=False):
         x = call.args[0].to(torch.float64)
         if not isinstance(y, torch.Tensor) or not y.is_floating_point():
             return "the output should be a floating-point tensor"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -121,7 +122,7 @@ def _causal_all_true(size: int, device=None) -> torch.Tensor:
 
 def _future_invariance(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     """Attention with the student's mask: changing later tokens leaves earlier outputs unchanged."""
-    for call, mask, exp in zip(calls, actual, expected):
+    for call, mask, exp in zip(calls, actual, expected, strict=False):
         L = call.args[0]
         if not isinstance(mask, torch.Tensor) or mask.shape != exp.shape:
             return compare(mask, exp, what="the mask")
@@ -210,7 +211,7 @@ def _position_wise(perm: torch.Tensor, pos: int):
     """A judge: permuting the positions permutes the outputs; one position alone gives the same."""
 
     def judge_(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
-        for a, e in zip(actual, expected):
+        for a, e in zip(actual, expected, strict=False):
             if not isinstance(a, torch.Tensor) or a.shape != e.shape:
                 return compare(a, e)
             if not a.is_floating_point() or not bool(torch.isfinite(a).all()):
