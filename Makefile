@@ -62,7 +62,7 @@ sysdeps:
 # solutions must reproduce their stored outputs, blank exercises must run without errors.
 test: $(STAMP) sysdeps book
 	$(BIN)/python -m pytest
-	$(BIN)/python -m pytest $(NBVAL) --nbval --sanitize-with nbval_sanitize.cfg solutions/
+	$(BIN)/python -m pytest $(NBVAL) --nbval --nbval-sanitize-with nbval_sanitize.cfg solutions/
 	$(BIN)/python -m pytest $(NBVAL) --nbval-lax exercises/
 
 # The quick loop while editing: the library, the checks and the autograder without the sandbox

@@ -47,22 +47,41 @@ def main(repeats: int = 20, threads: int | None = None) -> int:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
     x = torch.randn(N, L, E, requires_grad=True)
-    print(f"forward + backward, N={N}, L=S={L}, E={E}, H={H}, float32, CPU, "
-          f"{torch.get_num_threads()} threads, median of {repeats}")
+    print(
+        f"forward + backward, N={N}, L=S={L}, E={E}, H={H}, float32, CPU, "
+        f"{torch.get_num_threads()} threads, median of {repeats}"
+    )
     print(f"{'case':<68}{'course_lib':>12}{'PyTorch':>12}{'ratio':>8}")
 
     theirs = nn.MultiheadAttention(E, H, batch_first=True)
     ours = MultiHeadAttention.from_torch(theirs)
     rows = [
-        ("MultiHeadAttention vs nn.MultiheadAttention (weights)", ours, lambda: ours(x, x, x)[0],
-         theirs, lambda: theirs(x, x, x)[0]),
-        ("MultiHeadAttention vs nn.MultiheadAttention (need_weights=False)", ours, lambda: ours(x, x, x)[0],
-         theirs, lambda: theirs(x, x, x, need_weights=False)[0]),
+        (
+            "MultiHeadAttention vs nn.MultiheadAttention (weights)",
+            ours,
+            lambda: ours(x, x, x)[0],
+            theirs,
+            lambda: theirs(x, x, x)[0],
+        ),
+        (
+            "MultiHeadAttention vs nn.MultiheadAttention (need_weights=False)",
+            ours,
+            lambda: ours(x, x, x)[0],
+            theirs,
+            lambda: theirs(x, x, x, need_weights=False)[0],
+        ),
     ]
     torch_layer = nn.TransformerEncoderLayer(E, H, FF, dropout=0.0, batch_first=True)
     our_layer = EncoderLayer(E, H, FF, dropout=0.0).load_torch_(torch_layer)
-    rows.append(("EncoderLayer vs nn.TransformerEncoderLayer (post-LN, FF=1024)", our_layer,
-                 lambda: our_layer(x), torch_layer, lambda: torch_layer(x)))
+    rows.append(
+        (
+            "EncoderLayer vs nn.TransformerEncoderLayer (post-LN, FF=1024)",
+            our_layer,
+            lambda: our_layer(x),
+            torch_layer,
+            lambda: torch_layer(x),
+        )
+    )
     for name, m_ours, f_ours, m_theirs, f_theirs in rows:
         t_ours, t_theirs = _time_pair(_fwd_bwd(m_ours, f_ours), _fwd_bwd(m_theirs, f_theirs), repeats)
         print(f"{name:<68}{t_ours * 1e3:>10.1f}ms{t_theirs * 1e3:>10.1f}ms{t_ours / t_theirs:>7.2f}x")

@@ -31,8 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # One classic mistake per assignment, appended as a last cell (it replaces the student's function).
 WRONG = {
     "02_self_attention": "def softmax(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n",
-    "05_layer_norm": ("def layer_norm(x, gamma, beta, eps=1e-5):\n    mu = x.mean(-1, keepdim=True)\n"
-                      "    var = x.var(-1, keepdim=True)\n    return gamma * (x - mu) / torch.sqrt(var + eps) + beta\n"),
+    "05_layer_norm": (
+        "def layer_norm(x, gamma, beta, eps=1e-5):\n    mu = x.mean(-1, keepdim=True)\n"
+        "    var = x.var(-1, keepdim=True)\n    return gamma * (x - mu) / torch.sqrt(var + eps) + beta\n"
+    ),
 }
 
 
@@ -41,8 +43,9 @@ def make_submissions(out: Path, assignment: str, n: int) -> None:
     solution = json.loads((ROOT / "solutions" / f"{assignment}.ipynb").read_text(encoding="utf-8"))
     blank = json.loads((ROOT / "exercises" / f"{assignment}.ipynb").read_text(encoding="utf-8"))
     wrong = json.loads(json.dumps(solution))
-    wrong["cells"].append({"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                           "source": WRONG[assignment]})
+    wrong["cells"].append(
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": WRONG[assignment]}
+    )
     variants = [solution, blank, wrong]
     for i in range(n):
         d = out / f"student{i:03d}"
@@ -66,17 +69,24 @@ def baseline(paths: list[Path], assignment: str) -> list[float]:
 
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     names = list(ASSIGNMENTS[assignment])
-    checks = ("import json\nfrom course_lib.grading import check as _check\n"
-              f"print(json.dumps([_check(globals()[n], name=n).score for n in {names!r}]))\n")
+    checks = (
+        "import json\nfrom course_lib.grading import check as _check\n"
+        f"print(json.dumps([_check(globals()[n], name=n).score for n in {names!r}]))\n"
+    )
     times = []
     for path in paths:
         t0 = time.perf_counter()
         nb = nbformat.read(path, as_version=4)
         nb.cells.append(nbformat.v4.new_code_cell(checks))
         nbformat.validator.normalize(nb)
-        NotebookClient(nb, kernel_name="python3", timeout=120, allow_errors=True,
-                       extra_arguments=["--log-level=ERROR"],
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb,
+            kernel_name="python3",
+            timeout=120,
+            allow_errors=True,
+            extra_arguments=["--log-level=ERROR"],
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
         times.append(time.perf_counter() - t0)
     return times
 
@@ -104,16 +114,22 @@ def main(argv: list[str] | None = None) -> int:
         with Gradebook(db) as book:
             rows = list(book.rows())
         scores = [r["score"] for _, r in rows]
-        print(f"course-lib grade: {args.n} submissions of {args.assignment}, {args.jobs} jobs, isolation "
-              f"{summary.isolation}: {ours:.1f} s wall ({args.n / ours:.2f} submissions/s), "
-              f"{len(rows)} graded, mean score {statistics.mean(scores):.2f}")
+        print(
+            f"course-lib grade: {args.n} submissions of {args.assignment}, {args.jobs} jobs, isolation "
+            f"{summary.isolation}: {ours:.1f} s wall ({args.n / ours:.2f} submissions/s), "
+            f"{len(rows)} graded, mean score {statistics.mean(scores):.2f}"
+        )
         sample = sorted(subs.glob(f"*/{args.assignment}.ipynb"))[: args.baseline_n]
         times = baseline(sample, args.assignment)
         rate = len(times) / sum(times)
-        print(f"nbgrader-style baseline (fresh kernel per notebook via nbclient, sequential): {len(times)} "
-              f"submissions in {sum(times):.1f} s ({rate:.2f} submissions/s; median {statistics.median(times):.2f} s each)")
-        print(f"speed-up: {(args.n / ours) / rate:.1f}x the baseline's throughput "
-              f"({args.n} submissions: {ours:.0f} s here, about {args.n / rate:.0f} s for the baseline)")
+        print(
+            f"nbgrader-style baseline (fresh kernel per notebook via nbclient, sequential): {len(times)} "
+            f"submissions in {sum(times):.1f} s ({rate:.2f} submissions/s; median {statistics.median(times):.2f} s each)"
+        )
+        print(
+            f"speed-up: {(args.n / ours) / rate:.1f}x the baseline's throughput "
+            f"({args.n} submissions: {ours:.0f} s here, about {args.n / rate:.0f} s for the baseline)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

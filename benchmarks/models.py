@@ -35,34 +35,52 @@ def bench_training(repro: bool = True, repeats: int = 1, threads: int | None = N
     """Train each default recipe ``repeats`` times from scratch and print one row per run."""
     print("Training the default recipes from scratch (accuracy = exact-sequence match, greedy decoding,")
     print("1,000 test-split sequences: those of the training seed 0, and fresh ones drawn with seed 1)")
-    print(f"{'run':<24}{'steps':>6}{'batch':>6}{'threads':>8}{'train s':>9}{'cpu s':>8}{'test exact':>12}"
-          f"{'fresh exact':>13}{'load':>12}")
+    print(
+        f"{'run':<24}{'steps':>6}{'batch':>6}{'threads':>8}{'train s':>9}{'cpu s':>8}{'test exact':>12}"
+        f"{'fresh exact':>13}{'load':>12}"
+    )
     results = []
     for task, model in runs:
         for _ in range(repeats):
             r = benchmark(task, model, seed=0, fresh_seed=1, threads=threads)
             results.append(r)
             load = "{:.1f}->{:.1f}".format(*r["load_average"])
-            print(f"{model + ' on ' + task:<24}{r['steps']:>6}{r['batch_size']:>6}{r['threads']:>8}"
-                  f"{r['train_seconds']:>9.1f}{r['train_cpu_seconds']:>8.1f}{r['test_exact_accuracy']:>12.1%}"
-                  f"{r['fresh_exact_accuracy']:>13.1%}{load:>12}", flush=True)
+            print(
+                f"{model + ' on ' + task:<24}{r['steps']:>6}{r['batch_size']:>6}{r['threads']:>8}"
+                f"{r['train_seconds']:>9.1f}{r['train_cpu_seconds']:>8.1f}{r['test_exact_accuracy']:>12.1%}"
+                f"{r['fresh_exact_accuracy']:>13.1%}{load:>12}",
+                flush=True,
+            )
     if repro:
         config = default_config("reverse", "transformer", seed=0)
         first = next(r for r in results if r["model"] == "transformer")
         _, _, again = train(config, progress=False, threads=threads)
-        same = again["test_exact_accuracy"] == first["test_exact_accuracy"] and \
-            again["final_loss"] == first["final_loss"]
-        print(f"{'  same seed again':<24}{config.steps:>6}{config.batch_size:>6}{again['threads']:>8}"
-              f"{again['train_seconds']:>9.1f}{again['train_cpu_seconds']:>8.1f}{again['test_exact_accuracy']:>12.1%}"
-              f"   final loss {again['final_loss']:.6f} vs {first['final_loss']:.6f}: "
-              f"{'identical' if same else 'DIFFERENT'}", flush=True)
+        same = (
+            again["test_exact_accuracy"] == first["test_exact_accuracy"] and again["final_loss"] == first["final_loss"]
+        )
+        print(
+            f"{'  same seed again':<24}{config.steps:>6}{config.batch_size:>6}{again['threads']:>8}"
+            f"{again['train_seconds']:>9.1f}{again['train_cpu_seconds']:>8.1f}{again['test_exact_accuracy']:>12.1%}"
+            f"   final loss {again['final_loss']:.6f} vs {first['final_loss']:.6f}: "
+            f"{'identical' if same else 'DIFFERENT'}",
+            flush=True,
+        )
     return results
 
 
 def bench_kv_cache(steps: int = 256, batch: int = 8, repeats: int = 3) -> None:
     torch.manual_seed(0)
-    model = TransformerSeq2Seq(13, 13, d_model=256, nhead=8, num_encoder_layers=2, num_decoder_layers=2,
-                               dim_feedforward=1024, dropout=0.0, max_len=steps + 1).eval()
+    model = TransformerSeq2Seq(
+        13,
+        13,
+        d_model=256,
+        nhead=8,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=1024,
+        dropout=0.0,
+        max_len=steps + 1,
+    ).eval()
     src = torch.randint(3, 13, (batch, 16))
     cached = greedy_decode(model, src, steps, use_cache=True, stop_at_eos=False)  # exactly `steps` tokens
     full = greedy_decode(model, src, steps, use_cache=False, stop_at_eos=False)
@@ -74,10 +92,14 @@ def bench_kv_cache(steps: int = 256, batch: int = 8, repeats: int = 3) -> None:
             greedy_decode(model, src, steps, use_cache=use_cache, stop_at_eos=False)
             runs.append(time.perf_counter() - t0)
         times[use_cache] = statistics.median(runs)
-    print(f"KV cache: greedy decoding of {steps} tokens, d_model=256, 8 heads, 2+2 layers, batch {batch}, "
-          f"median of {repeats}")
-    print(f"  recompute the prefix: {times[False]:.2f} s   KV cache: {times[True]:.2f} s   "
-          f"speed-up {times[False] / times[True]:.1f}x   same tokens: {torch.equal(cached, full)}")
+    print(
+        f"KV cache: greedy decoding of {steps} tokens, d_model=256, 8 heads, 2+2 layers, batch {batch}, "
+        f"median of {repeats}"
+    )
+    print(
+        f"  recompute the prefix: {times[False]:.2f} s   KV cache: {times[True]:.2f} s   "
+        f"speed-up {times[False] / times[True]:.1f}x   same tokens: {torch.equal(cached, full)}"
+    )
 
 
 def main(argv=None) -> int:
@@ -87,8 +109,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="training runs per model (default 1)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
     args = parser.parse_args(argv)
-    print(f"{os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads by default, "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"{os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads by default, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     if args.only in (None, "training"):
         bench_training(repro=not args.no_repro, repeats=args.repeats, threads=args.threads)
     if args.only in (None, "kv-cache"):

@@ -78,9 +78,9 @@ EDGE: dict[str, str] = {
     "output": "#134f5c",
     "none": "#444444",
 }
-INK = "#1a1a1a"          # lettering and arrows
-FONT_SIZE = 11.0         # points; small print is FONT_SIZE - 2
-UNIT_INCHES = 0.62       # one unit on the page (a diagram 12 units wide is about 7.4 inches)
+INK = "#1a1a1a"  # lettering and arrows
+FONT_SIZE = 11.0  # points; small print is FONT_SIZE - 2
+UNIT_INCHES = 0.62  # one unit on the page (a diagram 12 units wide is about 7.4 inches)
 
 Anchor = Literal["left", "right", "top", "bottom", "center"]
 
@@ -134,36 +134,80 @@ class Canvas:
         self.ax.add_artist(patch)
 
     # -- shapes --------------------------------------------------------------------------
-    def box(self, x: float, y: float, text: str = "", kind: str = "neutral", w: float = 1.8,
-            h: float = 0.8, fontsize: float | None = None, rounded: bool = True, dashed: bool = False) -> Box:
+    def box(
+        self,
+        x: float,
+        y: float,
+        text: str = "",
+        kind: str = "neutral",
+        w: float = 1.8,
+        h: float = 0.8,
+        fontsize: float | None = None,
+        rounded: bool = True,
+        dashed: bool = False,
+    ) -> Box:
         """A labelled box centred at ``(x, y)``; ``kind`` picks the colour (see :data:`PALETTE`)."""
         style = "round,pad=0,rounding_size=0.12" if rounded else "square,pad=0"
-        patch = FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle=style, facecolor=PALETTE[kind],
-                               edgecolor=EDGE[kind], linewidth=1.3, linestyle="--" if dashed else "-", zorder=2)
+        patch = FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle=style,
+            facecolor=PALETTE[kind],
+            edgecolor=EDGE[kind],
+            linewidth=1.3,
+            linestyle="--" if dashed else "-",
+            zorder=2,
+        )
         self._add(patch)
         if text:
             self.text(x, y, text, fontsize=fontsize)
         return Box(x, y, w, h)
 
-    def group(self, boxes: list[Box], label: str = "", pad: float = 0.25, kind: str = "none",
-              label_side: Literal["top", "bottom"] = "top") -> Box:
+    def group(
+        self,
+        boxes: list[Box],
+        label: str = "",
+        pad: float = 0.25,
+        kind: str = "none",
+        label_side: Literal["top", "bottom"] = "top",
+    ) -> Box:
         """A dashed frame around ``boxes`` (a sublayer, a head, a stack), with an optional label."""
         x0 = min(b.x - b.w / 2 for b in boxes) - pad
         x1 = max(b.x + b.w / 2 for b in boxes) + pad
         y0 = min(b.y - b.h / 2 for b in boxes) - pad
         y1 = max(b.y + b.h / 2 for b in boxes) + pad
-        frame = FancyBboxPatch((x0, y0), x1 - x0, y1 - y0, boxstyle="round,pad=0,rounding_size=0.2",
-                               facecolor=PALETTE[kind], edgecolor="#888888", linewidth=1.0, linestyle="--",
-                               zorder=1, alpha=0.5 if kind != "none" else 1.0)
+        frame = FancyBboxPatch(
+            (x0, y0),
+            x1 - x0,
+            y1 - y0,
+            boxstyle="round,pad=0,rounding_size=0.2",
+            facecolor=PALETTE[kind],
+            edgecolor="#888888",
+            linewidth=1.0,
+            linestyle="--",
+            zorder=1,
+            alpha=0.5 if kind != "none" else 1.0,
+        )
         self._add(frame)
         if label:
             ly = y1 + 0.22 if label_side == "top" else y0 - 0.22
             self.text((x0 + x1) / 2, ly, label, fontsize=FONT_SIZE - 1, color="#555555")
         return Box((x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0)
 
-    def tensor(self, x: float, y: float, rows: int, cols: int, kind: str = "neutral", cell: float = 0.28,
-               label: str = "", shape: str = "", values: list[list[float]] | None = None,
-               label_side: Literal["top", "bottom", "left", "right"] = "top") -> Box:
+    def tensor(
+        self,
+        x: float,
+        y: float,
+        rows: int,
+        cols: int,
+        kind: str = "neutral",
+        cell: float = 0.28,
+        label: str = "",
+        shape: str = "",
+        values: list[list[float]] | None = None,
+        label_side: Literal["top", "bottom", "left", "right"] = "top",
+    ) -> Box:
         """A tensor drawn as a ``rows`` x ``cols`` grid of cells centred at ``(x, y)``.
 
         ``label`` names it (``"$Q$"``) and ``shape`` gives its shape (``"(L, D)"``), printed
@@ -177,14 +221,36 @@ class Canvas:
                 alpha = 1.0
                 if values is not None:
                     face, alpha = EDGE[kind], 0.08 + 0.92 * float(values[i][j])
-                self._add(Rectangle((x0 + j * cell, y0 + (rows - 1 - i) * cell), cell, cell,
-                                            facecolor=face, alpha=alpha, edgecolor="none", zorder=2))
-                self._add(Rectangle((x0 + j * cell, y0 + (rows - 1 - i) * cell), cell, cell,
-                                            facecolor="none", edgecolor=EDGE[kind], linewidth=0.6, zorder=3))
+                self._add(
+                    Rectangle(
+                        (x0 + j * cell, y0 + (rows - 1 - i) * cell),
+                        cell,
+                        cell,
+                        facecolor=face,
+                        alpha=alpha,
+                        edgecolor="none",
+                        zorder=2,
+                    )
+                )
+                self._add(
+                    Rectangle(
+                        (x0 + j * cell, y0 + (rows - 1 - i) * cell),
+                        cell,
+                        cell,
+                        facecolor="none",
+                        edgecolor=EDGE[kind],
+                        linewidth=0.6,
+                        zorder=3,
+                    )
+                )
         box = Box(x, y, w, h)
         if label:
-            lx, ly = {"top": (x, y + h / 2 + 0.25), "bottom": (x, y - h / 2 - 0.25),
-                      "left": (x0 - 0.3, y), "right": (x0 + w + 0.3, y)}[label_side]
+            lx, ly = {
+                "top": (x, y + h / 2 + 0.25),
+                "bottom": (x, y - h / 2 - 0.25),
+                "left": (x0 - 0.3, y),
+                "right": (x0 + w + 0.3, y),
+            }[label_side]
             ha = {"left": "right", "right": "left"}.get(label_side, "center")
             self.text(lx, ly, label, ha=ha)
         if shape:
@@ -193,10 +259,20 @@ class Canvas:
         return box
 
     # -- lines and words -------------------------------------------------------------------
-    def arrow(self, start: Box | Point, end: Box | Point, text: str = "", start_side: Anchor | None = None,
-              end_side: Anchor | None = None, curve: float = 0.0, dashed: bool = False, color: str = INK,
-              text_offset: tuple[float, float] = (0.0, 0.18), fontsize: float | None = None,
-              both: bool = False) -> None:
+    def arrow(
+        self,
+        start: Box | Point,
+        end: Box | Point,
+        text: str = "",
+        start_side: Anchor | None = None,
+        end_side: Anchor | None = None,
+        curve: float = 0.0,
+        dashed: bool = False,
+        color: str = INK,
+        text_offset: tuple[float, float] = (0.0, 0.18),
+        fontsize: float | None = None,
+        both: bool = False,
+    ) -> None:
         """An arrow from ``start`` to ``end`` (boxes or points), with an optional label at its middle.
 
         For boxes the sides default to the ones facing each other; ``curve`` bends the arrow
@@ -204,9 +280,19 @@ class Canvas:
         """
         p0, p1 = self._ends(start, end, start_side, end_side)
         style = "<|-|>" if both else "-|>"
-        patch = FancyArrowPatch(p0, p1, arrowstyle=style, mutation_scale=12, color=color, linewidth=1.2,
-                                linestyle="--" if dashed else "-", shrinkA=1, shrinkB=1,
-                                connectionstyle=f"arc3,rad={curve}", zorder=4)
+        patch = FancyArrowPatch(
+            p0,
+            p1,
+            arrowstyle=style,
+            mutation_scale=12,
+            color=color,
+            linewidth=1.2,
+            linestyle="--" if dashed else "-",
+            shrinkA=1,
+            shrinkB=1,
+            connectionstyle=f"arc3,rad={curve}",
+            zorder=4,
+        )
         self._add(patch)
         if text:
             mx, my = (p0[0] + p1[0]) / 2 + text_offset[0], (p0[1] + p1[1]) / 2 + text_offset[1]
@@ -215,19 +301,37 @@ class Canvas:
     def line(self, points: list[Point], dashed: bool = False, color: str = INK, arrow_end: bool = True) -> None:
         """A polyline through ``points`` (for routed connections such as residual paths)."""
         xs, ys = zip(*points, strict=False)
-        self.ax.plot(xs[:-1] if arrow_end else xs, ys[:-1] if arrow_end else ys, color=color, linewidth=1.2,
-                     linestyle="--" if dashed else "-", zorder=4, solid_capstyle="round")
+        self.ax.plot(
+            xs[:-1] if arrow_end else xs,
+            ys[:-1] if arrow_end else ys,
+            color=color,
+            linewidth=1.2,
+            linestyle="--" if dashed else "-",
+            zorder=4,
+            solid_capstyle="round",
+        )
         if arrow_end:
             self.arrow(points[-2], points[-1], dashed=dashed, color=color)
 
-    def text(self, x: float, y: float, s: str, fontsize: float | None = None, color: str = INK,
-             ha: str = "center", va: str = "center", background: bool = False, weight: str = "normal") -> None:
+    def text(
+        self,
+        x: float,
+        y: float,
+        s: str,
+        fontsize: float | None = None,
+        color: str = INK,
+        ha: str = "center",
+        va: str = "center",
+        background: bool = False,
+        weight: str = "normal",
+    ) -> None:
         """Lettering centred at ``(x, y)``; ``$...$`` is typeset as mathematics."""
         kw = {}
         if background:
             kw["bbox"] = {"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.9}
-        self.ax.text(x, y, s, fontsize=fontsize or FONT_SIZE, color=color, ha=ha, va=va, zorder=5,
-                     fontweight=weight, **kw)
+        self.ax.text(
+            x, y, s, fontsize=fontsize or FONT_SIZE, color=color, ha=ha, va=va, zorder=5, fontweight=weight, **kw
+        )
 
     def title(self, s: str) -> None:
         """A heading along the top edge."""

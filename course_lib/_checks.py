@@ -19,7 +19,6 @@ import torch
 __all__ = ["check_shapes", "check_mask", "check_positive_int"]
 
 
-
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     """The broadcast of two shapes (as ``torch.broadcast_shapes``, which imports sympy on first
     use: half a second in every fresh process); RuntimeError if they do not broadcast."""
@@ -31,6 +30,7 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
             raise RuntimeError(f"shapes {a} and {b} do not broadcast")
         out.append(y if x == 1 else x)
     return tuple(out[::-1])
+
 
 def _format_shape(spec: list[str], dims: dict[str, int]) -> str:
     """Render a shape spec with the sizes bound so far, e.g. ``(N=2, S, D=4)``."""
@@ -78,9 +78,7 @@ def check_shapes(fn: str, floating: bool = True, **specs: Any) -> dict[str, Any]
                 f"{_format_shape(spec, dims)}, got {type(x).__name__}"
             )
         if floating and not x.is_floating_point():
-            raise TypeError(
-                f"{fn}: argument '{name}' must be a floating-point tensor, got dtype {x.dtype}"
-            )
+            raise TypeError(f"{fn}: argument '{name}' must be a floating-point tensor, got dtype {x.dtype}")
         has_batch = "..." in spec
         core = [s for s in spec if s != "..."]
         if (has_batch and x.dim() < len(core)) or (not has_batch and x.dim() != len(core)):
@@ -148,8 +146,7 @@ def check_mask(fn: str, mask, target: tuple[int, ...], target_spec: str, name: s
         ok = False
     if not ok:
         raise ValueError(
-            f"{fn}: argument '{name}' must broadcast to {target_spec} = {tuple(target)}, "
-            f"got shape {shape_str(mask)}"
+            f"{fn}: argument '{name}' must broadcast to {target_spec} = {tuple(target)}, got shape {shape_str(mask)}"
         )
     return mask
 

@@ -39,8 +39,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     # The benchmarks are not part of the package; they live in the course's checkout.
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_vs_torch.py"
     if not script.is_file():
-        print(f"course-lib bench: {script} not found; the benchmarks ship with a checkout of the course "
-              "repository, not with the installed package", file=sys.stderr)
+        print(
+            f"course-lib bench: {script} not found; the benchmarks ship with a checkout of the course "
+            "repository, not with the installed package",
+            file=sys.stderr,
+        )
         return 2
     spec = importlib.util.spec_from_file_location("attention_vs_torch", script)
     assert spec is not None and spec.loader is not None

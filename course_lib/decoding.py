@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 import torch
 
@@ -68,12 +68,32 @@ def _map_state(state, fn):
         return {k: _map_state(v, fn) for k, v in state.items()}
     if isinstance(state, (list, tuple)):
         return type(state)(_map_state(v, fn) for v in state)
-    if dataclasses.is_dataclass(state):
-        return dataclasses.replace(state, **{f.name: _map_state(getattr(state, f.name), fn)
-                                             for f in dataclasses.fields(state)})
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return dataclasses.replace(
+            state, **{f.name: _map_state(getattr(state, f.name), fn) for f in dataclasses.fields(state)}
+        )
     return state
 
 
+@overload
+def greedy_decode(
+    model: Decodable,
+    src: torch.Tensor,
+    max_len: int,
+    use_cache: bool = ...,
+    return_weights: Literal[False] = ...,
+    stop_at_eos: bool = ...,
+) -> torch.Tensor: ...
+@overload
+def greedy_decode(
+    model: Decodable,
+    src: torch.Tensor,
+    max_len: int,
+    use_cache: bool = ...,
+    *,
+    return_weights: Literal[True],
+    stop_at_eos: bool = ...,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
 @torch.no_grad()
 def greedy_decode(
     model: Decodable,
@@ -145,7 +165,7 @@ def beam_search(model: Decodable, src: torch.Tensor, beam_size: int, max_len: in
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_search: argument 'beam_size' must be a positive int, got {beam_size!r}")
     state = model.start(src)
-    seqs = [[]]  # alive hypotheses
+    seqs: list[list[int]] = [[]]  # alive hypotheses
     scores = torch.zeros(1)  # their summed log-probabilities
     finished: list[tuple[float, list[int]]] = []
     last = torch.tensor([BOS])
@@ -154,7 +174,9 @@ def beam_search(model: Decodable, src: torch.Tensor, beam_size: int, max_len: in
         total = (scores[:, None] + log_probs).flatten()  # (B * V,)
         best = total.topk(min(2 * beam_size, total.numel())).indices
         V = log_probs.shape[-1]
-        keep, new_seqs, new_scores = [], [], []
+        keep: list[int] = []
+        new_seqs: list[list[int]] = []
+        new_scores: list[float] = []
         for idx in best.tolist():
             beam, token = divmod(idx, V)
             seq, score = seqs[beam] + [token], total[idx].item()
@@ -172,8 +194,8 @@ def beam_search(model: Decodable, src: torch.Tensor, beam_size: int, max_len: in
         if best_finished >= max(new_scores) / max_len**alpha:
             break
         index = torch.tensor(keep)
-        state = _map_state(state, lambda x: x.index_select(0, index) if x.dim() else x)
+        state = _map_state(state, lambda x, index=index: x.index_select(0, index) if x.dim() else x)
         seqs, scores, last = new_seqs, torch.tensor(new_scores), torch.tensor([s[-1] for s in new_seqs])
     if not finished:  # nothing ended in time: rank what is alive
-        finished = [(s / len(q) ** alpha, q) for s, q in zip(scores.tolist(), seqs)]
+        finished = [(s / len(q) ** alpha, q) for s, q in zip(scores.tolist(), seqs, strict=False)]
     return max(finished, key=lambda f: f[0])[1]

@@ -10,9 +10,7 @@ from ._checks import check_positive_int, check_shapes
 __all__ = ["layer_norm", "add_and_norm", "LayerNorm"]
 
 
-def layer_norm(
-    x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5
-) -> torch.Tensor:
+def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     r"""Layer normalisation over the last dim (Ba et al., 2016).
 
     .. math::

@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     L = args.size
-    print(f"attention forward, N=1, H=1, L=S={L}, D={D}, float32, CPU, 1 thread, torch.no_grad(), "
-          "one process per variant")
+    print(
+        f"attention forward, N=1, H=1, L=S={L}, D={D}, float32, CPU, 1 thread, torch.no_grad(), one process per variant"
+    )
     print(f"naive materialises the (L, S) scores and weights, {L * L * 4 / 2**20:.0f} MiB each")
     rows = {name: _in_subprocess(name, L) for name in VARIANTS}
     base, naive = rows["baseline"]["peak_mib"], rows["naive"]["peak_mib"]
@@ -110,11 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio tiled / naive, target <= 1/8 = {TARGET:.3f}:")
     for name in [n for n in rows if n.startswith("tiled")]:
         peak = rows[name]["peak_mib"]
-        print(f"  {name:<10} on total peak RSS {_verdict(peak, naive)}, "
-              f"on extra over baseline {_verdict(peak - base, naive - base)}")
+        print(
+            f"  {name:<10} on total peak RSS {_verdict(peak, naive)}, "
+            f"on extra over baseline {_verdict(peak - base, naive - base)}"
+        )
     if base > TARGET * naive:
-        print(f"the baseline alone ({base:.0f} MiB: Python, torch, q, k, v) exceeds 1/8 of naive's peak "
-              f"({naive:.0f} MiB): no variant can meet 1/8 on total peak RSS at this size")
+        print(
+            f"the baseline alone ({base:.0f} MiB: Python, torch, q, k, v) exceeds 1/8 of naive's peak "
+            f"({naive:.0f} MiB): no variant can meet 1/8 on total peak RSS at this size"
+        )
     return 0
 
 

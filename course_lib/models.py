@@ -44,16 +44,28 @@ class TransformerSeq2Seq(nn.Module):
         - weights (with ``need_weights=True``): a :class:`~course_lib.transformer.TransformerWeights`
     """
 
-    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=64, nhead=4, num_encoder_layers=2,
-                 num_decoder_layers=2, dim_feedforward=256, dropout=0.1, norm_first=True, max_len=256,
-                 pad_id=PAD):
+    def __init__(
+        self,
+        src_vocab_size,
+        tgt_vocab_size,
+        d_model=64,
+        nhead=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=256,
+        dropout=0.1,
+        norm_first=True,
+        max_len=256,
+        pad_id=PAD,
+    ):
         super().__init__()
         self.pad_id, self.d_model = pad_id, d_model
         self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
         self.pos = SinusoidalPositionalEncoding(d_model, max_len=max_len, dropout=dropout)
-        self.transformer = Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers,
-                                       dim_feedforward, dropout, norm_first)
+        self.transformer = Transformer(
+            d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout, norm_first
+        )
         self.generator = nn.Linear(d_model, tgt_vocab_size)
         for embedding in (self.src_embed, self.tgt_embed):
             # std d^-1/2, so that after the sqrt(d) scaling tokens and positions have the same
@@ -72,8 +84,9 @@ class TransformerSeq2Seq(nn.Module):
         ``(logits, weights)``, the attention weights of every layer."""
         check_shapes("TransformerSeq2Seq", floating=False, src=(src, "N S"), tgt_in=(tgt_in, "N T"))
         src_mask, tgt_mask = src != self.pad_id, tgt_in != self.pad_id
-        out, weights = self.transformer(self._embed(self.src_embed, src), self._embed(self.tgt_embed, tgt_in),
-                                        src_mask, tgt_mask, need_weights=True)
+        out, weights = self.transformer(
+            self._embed(self.src_embed, src), self._embed(self.tgt_embed, tgt_in), src_mask, tgt_mask, need_weights=True
+        )
         logits = self.generator(out)  # (N, T, V)
         return (logits, weights) if need_weights else logits
 
@@ -100,8 +113,9 @@ class TransformerSeq2Seq(nn.Module):
             state = {**state, "t": t + 1}
         else:
             prefix = torch.cat([state["prefix"], y_prev[:, None]], dim=1)  # (N, t + 1)
-            out, weights = self.transformer.decode(self._embed(self.tgt_embed, prefix), state["memory"],
-                                                   state["src_mask"], need_weights=True)
+            out, weights = self.transformer.decode(
+                self._embed(self.tgt_embed, prefix), state["memory"], state["src_mask"], need_weights=True
+            )
             state = {**state, "prefix": prefix, "t": t + 1}
         h = out[:, -1]  # (N, E), the newest position
         cross = weights[-1].cross_attn[:, :, -1]  # (N, H, S), the newest query

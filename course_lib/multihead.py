@@ -40,9 +40,7 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     dims = check_shapes("split_heads", floating=False, x=(x, "N L E"))
     N, L, E = dims["N"], dims["L"], dims["E"]
     if E % num_heads:
-        raise ValueError(
-            f"split_heads: the last dim of 'x' (E={E}) is not divisible by num_heads={num_heads}"
-        )
+        raise ValueError(f"split_heads: the last dim of 'x' (E={E}) is not divisible by num_heads={num_heads}")
     D = E // num_heads
     return x.reshape(N, L, num_heads, D).transpose(1, 2)  # (N, H, L, D)
 
@@ -150,9 +148,7 @@ def multi_head_attention(
         ``(output, weights)``, the weights per head.
     """
     biases = {"b_q": b_q, "b_k": b_k, "b_v": b_v, "b_o": b_o}
-    q, k, v = _project_heads(
-        "multi_head_attention", query, key, value, W_q, W_k, W_v, W_o, num_heads, mask, biases
-    )
+    q, k, v = _project_heads("multi_head_attention", query, key, value, W_q, W_k, W_v, W_o, num_heads, mask, biases)
     heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)  # (N, H, L, D)
     concat = merge_heads(heads)  # (N, L, E)
     return _linear(concat, W_o, b_o), weights
@@ -244,9 +240,7 @@ class MultiHeadAttention(nn.Module):
         check_positive_int("MultiHeadAttention", "embed_dim", embed_dim)
         check_positive_int("MultiHeadAttention", "num_heads", num_heads)
         if embed_dim % num_heads:
-            raise ValueError(
-                f"MultiHeadAttention: embed_dim={embed_dim} is not divisible by num_heads={num_heads}"
-            )
+            raise ValueError(f"MultiHeadAttention: embed_dim={embed_dim} is not divisible by num_heads={num_heads}")
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
         names = ("q", "k", "v", "o")
         for n in names:
@@ -258,8 +252,19 @@ class MultiHeadAttention(nn.Module):
     def forward(self, query, key, value, mask=None):
         """Returns ``(output, weights)``; see the class docstring for shapes."""
         return multi_head_attention(
-            query, key, value, self.W_q, self.W_k, self.W_v, self.W_o, self.num_heads, mask,
-            b_q=self.b_q, b_k=self.b_k, b_v=self.b_v, b_o=self.b_o,
+            query,
+            key,
+            value,
+            self.W_q,
+            self.W_k,
+            self.W_v,
+            self.W_o,
+            self.num_heads,
+            mask,
+            b_q=self.b_q,
+            b_k=self.b_k,
+            b_v=self.b_v,
+            b_o=self.b_o,
             dropout_p=self.dropout if self.training else 0.0,
         )
 
@@ -301,9 +306,7 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(m, nn.MultiheadAttention):
             raise TypeError(f"from_torch: expected nn.MultiheadAttention, got {type(m).__name__}")
         if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
-            raise ValueError(
-                "from_torch: kdim/vdim != embed_dim, add_bias_kv and add_zero_attn are not supported"
-            )
+            raise ValueError("from_torch: kdim/vdim != embed_dim, add_bias_kv and add_zero_attn are not supported")
         E = m.embed_dim
         new = cls(E, m.num_heads, bias=m.in_proj_bias is not None, dropout=m.dropout)
         new = new.to(dtype=m.in_proj_weight.dtype, device=m.in_proj_weight.device)

@@ -37,9 +37,7 @@ def attention_pool(
     return context, weights
 
 
-def local_attention_weights(
-    scores: torch.Tensor, center: torch.Tensor, half_window: int
-) -> torch.Tensor:
+def local_attention_weights(scores: torch.Tensor, center: torch.Tensor, half_window: int) -> torch.Tensor:
     r"""Luong et al. (2015) local-p weights (their eq. 10).
 
     .. math::

@@ -93,9 +93,7 @@ def cosine_score(query: torch.Tensor, keys: torch.Tensor, eps: float = 1e-8) -> 
     return dot_score(query, keys) / (q_norm * k_norm)
 
 
-def additive_score_projected(
-    query_proj: torch.Tensor, keys_proj: torch.Tensor, v: torch.Tensor
-) -> torch.Tensor:
+def additive_score_projected(query_proj: torch.Tensor, keys_proj: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     r"""Bahdanau's score from already projected query and keys: :math:`v^\top \tanh(q' + k'_s)`.
 
     A decoder scores the same keys at every step, so it projects them once and calls this.

@@ -119,13 +119,11 @@ class Seq2SeqAttention(nn.Module):
         score = score or _DEFAULT_SCORE[attention]
         if score not in _SCORES[attention]:
             raise ValueError(
-                f"{fn}: for attention={attention!r}, 'score' must be one of "
-                f"{list(_SCORES[attention])}, got {score!r}"
+                f"{fn}: for attention={attention!r}, 'score' must be one of {list(_SCORES[attention])}, got {score!r}"
             )
         if local not in _LOCAL or (local and attention != "luong"):
             raise ValueError(
-                f"{fn}: argument 'local' must be one of {list(_LOCAL)} and needs attention='luong', "
-                f"got {local!r}"
+                f"{fn}: argument 'local' must be one of {list(_LOCAL)} and needs attention='luong', got {local!r}"
             )
         for name, value in (("monotonic_gaussian", monotonic_gaussian), ("fixed_context", fixed_context)):
             if not isinstance(value, bool):
@@ -191,12 +189,14 @@ class Seq2SeqAttention(nn.Module):
         memory = self.to_memory(annotations)  # (N, S, d_h)
         keys_proj = memory @ self.W_k if self.score in ("additive", "concat") else None  # (N, S, d_h)
         if self.attention == "luong":
-            state = (state, torch.zeros_like(state))  # (h_t, h~_t)
+            return EncodedSource(memory, keys_proj, src_mask, lengths), (state, torch.zeros_like(state))  # (h_t, h~_t)
         return EncodedSource(memory, keys_proj, src_mask, lengths), state
 
     # -- one decoder step ----------------------------------------------------------------
     def _scores(self, h: torch.Tensor, enc: EncodedSource) -> torch.Tensor:
+        assert enc.memory is not None, "scores need the encoder's memory (not fixed_context)"
         if self.score in ("additive", "concat"):
+            assert enc.keys_proj is not None
             return additive_score_projected(h @ self.W_q, enc.keys_proj, self.v)  # (N, S)
         if self.score == "general":
             return multiplicative_score(h, enc.memory, self.W)  # (N, S)
@@ -205,6 +205,7 @@ class Seq2SeqAttention(nn.Module):
     def _attend(self, h: torch.Tensor, enc: EncodedSource, t: int):
         if self.fixed_context:  # the same summary at every step; nothing is scored
             return enc.summary, torch.zeros(enc.mask.shape, dtype=h.dtype, device=h.device)
+        assert enc.memory is not None
         scores = self._scores(h, enc)  # (N, S)
         if self.local is None:
             return attention_pool(scores, enc.memory, enc.mask)

@@ -175,7 +175,9 @@ _DATE_FORMATS = (
     lambda d: f"{_MONTHS[d.month - 1]} {d.day}, {d.year}",  # november 21, 2026
     lambda d: f"{d.day:02d}/{d.month:02d}/{d.year % 100:02d}",  # 21/11/26
     lambda d: f"{d.day:02d}.{d.month:02d}.{d.year}",  # 21.11.2026
-    lambda d: f"{_DAYS[d.weekday()].title()}, {d.day} {_MONTHS[d.month - 1].title()} {d.year}",  # Saturday, 21 November 2026
+    lambda d: (
+        f"{_DAYS[d.weekday()].title()}, {d.day} {_MONTHS[d.month - 1].title()} {d.year}"
+    ),  # Saturday, 21 November 2026
     lambda d: f"{_MONTHS[d.month - 1][:3]} {d.day} {d.year}",  # nov 21 2026
     lambda d: f"{d.day} {_MONTHS[d.month - 1].upper()} {d.year}",  # 21 NOVEMBER 2026
     lambda d: f"{d.year}/{d.month}/{d.day}",  # 2026/11/21

@@ -20,8 +20,16 @@ from .losses import label_smoothing_loss
 from .models import MODELS, build_model
 from .tasks import PAD, Task, get_task
 
-__all__ = ["TrainConfig", "default_config", "train", "evaluate", "benchmark", "save_checkpoint",
-           "load_checkpoint", "cache_key"]
+__all__ = [
+    "TrainConfig",
+    "default_config",
+    "train",
+    "evaluate",
+    "benchmark",
+    "save_checkpoint",
+    "load_checkpoint",
+    "cache_key",
+]
 
 
 @dataclasses.dataclass
@@ -48,13 +56,23 @@ class TrainConfig:
 # encoder and one decoder layer: the alignment "output t copies source position S - 1 - t"
 # needs one cross-attention, and a second layer costs more time than it saves steps.
 _DEFAULTS = {
-    "transformer": dict(steps=280, batch_size=64, lr=1.5e-2, warmup=30,
-                        model_kwargs=dict(d_model=64, nhead=4, num_encoder_layers=1, num_decoder_layers=1,
-                                          dim_feedforward=128, dropout=0.0, max_len=64)),
-    "bahdanau": dict(steps=120, batch_size=64, lr=2e-2, warmup=20,
-                     model_kwargs=dict(embed_dim=32, hidden_dim=64)),
-    "luong": dict(steps=400, batch_size=128, lr=5e-3, warmup=50,
-                  model_kwargs=dict(embed_dim=32, hidden_dim=64)),
+    "transformer": dict(
+        steps=280,
+        batch_size=64,
+        lr=1.5e-2,
+        warmup=30,
+        model_kwargs=dict(
+            d_model=64,
+            nhead=4,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            dim_feedforward=128,
+            dropout=0.0,
+            max_len=64,
+        ),
+    ),
+    "bahdanau": dict(steps=120, batch_size=64, lr=2e-2, warmup=20, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
+    "luong": dict(steps=400, batch_size=128, lr=5e-3, warmup=50, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
 }
 
 
@@ -74,8 +92,13 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def train(config: TrainConfig, out: str | Path | None = None, progress: bool = True, threads: int | None = None,
-          cache_dir: str | Path | None = None):
+def train(
+    config: TrainConfig,
+    out: str | Path | None = None,
+    progress: bool = True,
+    threads: int | None = None,
+    cache_dir: str | Path | None = None,
+):
     """Train a model; returns ``(model, task, metrics)`` and saves a checkpoint to ``out``.
 
     Adam with linear warm-up and cosine decay, label smoothing, gradient clipping. Data
@@ -129,8 +152,16 @@ def cache_key(config: TrainConfig, threads: int | None = None) -> str:
     The threads are part of the key because a matrix product may round differently with
     another number of threads, so the weights can differ in their last bits (the GRU models'
     do; a seed still gives the same model for the same number of threads)."""
-    payload = json.dumps({"config": dataclasses.asdict(config), "threads": threads or torch.get_num_threads(),
-                          "source": _source_hash(), "torch": torch.__version__}, sort_keys=True, default=repr)
+    payload = json.dumps(
+        {
+            "config": dataclasses.asdict(config),
+            "threads": threads or torch.get_num_threads(),
+            "source": _source_hash(),
+            "torch": torch.__version__,
+        },
+        sort_keys=True,
+        default=repr,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
@@ -140,7 +171,7 @@ def _load_cached(path: Path, config: TrainConfig):
         return None
     try:
         model, task, ckpt = load_checkpoint(path)
-    except Exception:  # a file from an interrupted or incompatible run: train again
+    except Exception:  # noqa: BLE001 (a file from an interrupted or incompatible run: train again)
         return None
     if ckpt["config"] != dataclasses.asdict(config):
         return None
@@ -157,16 +188,14 @@ def _train(config: TrainConfig, out, progress: bool):
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config.warmup, config.steps))
     stream = task.stream("train", config.seed)
     start, start_cpu = time.perf_counter(), time.process_time()
-    bar = tqdm(range(config.steps), desc=f"{config.model} on {config.task}", disable=not progress,
-               mininterval=0.5)
+    bar = tqdm(range(config.steps), desc=f"{config.model} on {config.task}", disable=not progress, mininterval=0.5)
     model.train()
     for step in bar:
         src, tgt_in, tgt_out = task.batch([next(stream) for _ in range(config.batch_size)])
         logits = model(src, tgt_in)
         if isinstance(logits, tuple):  # the RNN models also return attention weights
             logits = logits[0]
-        loss = label_smoothing_loss(logits.flatten(0, 1), tgt_out.flatten(), config.label_smoothing,
-                                    ignore_index=PAD)
+        loss = label_smoothing_loss(logits.flatten(0, 1), tgt_out.flatten(), config.label_smoothing, ignore_index=PAD)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
@@ -178,9 +207,13 @@ def _train(config: TrainConfig, out, progress: bool):
             bar.set_postfix(loss=f"{loss.item():.3f}", token_acc=f"{acc:.3f}")
     train_seconds, train_cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     model.eval()
-    metrics = {"train_seconds": train_seconds, "train_cpu_seconds": train_cpu_seconds,
-               "threads": torch.get_num_threads(), "final_loss": loss.item(),
-               "test_exact_accuracy": evaluate(model, task, n=1000, seed=config.seed)}
+    metrics = {
+        "train_seconds": train_seconds,
+        "train_cpu_seconds": train_cpu_seconds,
+        "threads": torch.get_num_threads(),
+        "final_loss": loss.item(),
+        "test_exact_accuracy": evaluate(model, task, n=1000, seed=config.seed),
+    }
     if out is not None:
         save_checkpoint(out, model, task, config, metrics)
     return model, task, metrics
@@ -196,12 +229,19 @@ def evaluate(model, task: Task, n: int = 1000, seed: int = 0, split: str = "test
         chunk = examples[i : i + batch_size]
         src, _, _ = task.batch(chunk)
         tokens = greedy_decode(model, src, max_len=task.max_tgt_len + 1)
-        correct += sum(task.tgt_vocab.decode(row) == tgt for row, (_, tgt) in zip(tokens.tolist(), chunk))
+        correct += sum(task.tgt_vocab.decode(row) == tgt for row, (_, tgt) in zip(tokens.tolist(), chunk, strict=False))
     return correct / n
 
 
-def benchmark(task: str = "reverse", model: str = "transformer", seed: int = 0, fresh_seed: int = 1,
-              n: int = 1000, threads: int | None = None, **overrides) -> dict:
+def benchmark(
+    task: str = "reverse",
+    model: str = "transformer",
+    seed: int = 0,
+    fresh_seed: int = 1,
+    n: int = 1000,
+    threads: int | None = None,
+    **overrides,
+) -> dict:
     """Train the default recipe once and measure it: the numbers ``make bench`` prints.
 
     Trains ``default_config(task, model, seed, **overrides)`` from scratch (no cache) and
@@ -238,13 +278,19 @@ def benchmark(task: str = "reverse", model: str = "transformer", seed: int = 0, 
     trained, task_obj, metrics = train(config, progress=False, threads=threads)
     load_after = os.getloadavg()[0]
     return {
-        "task": task, "model": model, "steps": config.steps, "batch_size": config.batch_size,
-        "threads": metrics["threads"], "train_seconds": metrics["train_seconds"],
+        "task": task,
+        "model": model,
+        "steps": config.steps,
+        "batch_size": config.batch_size,
+        "threads": metrics["threads"],
+        "train_seconds": metrics["train_seconds"],
         "train_cpu_seconds": metrics["train_cpu_seconds"],
-        "test_exact_accuracy": metrics["test_exact_accuracy"] if n == 1000 else
-        evaluate(trained, task_obj, n=n, seed=seed),
+        "test_exact_accuracy": metrics["test_exact_accuracy"]
+        if n == 1000
+        else evaluate(trained, task_obj, n=n, seed=seed),
         "fresh_exact_accuracy": evaluate(trained, task_obj, n=n, seed=fresh_seed),
-        "final_loss": metrics["final_loss"], "load_average": (load_before, load_after),
+        "final_loss": metrics["final_loss"],
+        "load_average": (load_before, load_after),
     }
 
 
@@ -258,14 +304,17 @@ def save_checkpoint(path, model, task: Task, config: TrainConfig, metrics: dict)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save({
-                "config": dataclasses.asdict(config),
-                "task": task.config(),
-                "src_vocab": list(task.src_vocab.symbols),
-                "tgt_vocab": list(task.tgt_vocab.symbols),
-                "state_dict": model.state_dict(),
-                "metrics": metrics,
-            }, f)
+            torch.save(
+                {
+                    "config": dataclasses.asdict(config),
+                    "task": task.config(),
+                    "src_vocab": list(task.src_vocab.symbols),
+                    "tgt_vocab": list(task.tgt_vocab.symbols),
+                    "state_dict": model.state_dict(),
+                    "metrics": metrics,
+                },
+                f,
+            )
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -17,7 +17,7 @@ when it is ``True``, returns ``(output, weights)`` instead of the output alone.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple, overload
+from typing import Any, Literal, NamedTuple, cast, overload
 
 import torch
 import torch.nn as nn
@@ -96,7 +96,9 @@ class _Residual(nn.Module):
         return add_and_norm(x, self.dropout(out), self.norm.weight, self.norm.bias, self.norm.eps), extra
 
 
-def _check_compatible(ours: nn.Module, layer: nn.Module) -> None:
+def _check_compatible(
+    ours: EncoderLayer | DecoderLayer, layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
+) -> None:
     """Refuse to copy a PyTorch layer whose arrangement our layer would not reproduce."""
     act = getattr(layer, "activation", F.relu)
     if act is not F.relu and not isinstance(act, nn.ReLU):
@@ -144,7 +146,7 @@ class EncoderLayer(nn.Module):
         x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
         return (x, weights) if need_weights else x
 
-    def load_torch_(self, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
+    def load_torch_(self, layer: nn.TransformerEncoderLayer) -> EncoderLayer:
         """Copy the weights of a :class:`torch.nn.TransformerEncoderLayer`."""
         _check_compatible(self, layer)
         self.self_attn.load_state_dict(MultiHeadAttention.from_torch(layer.self_attn).state_dict())
@@ -224,14 +226,16 @@ class DecoderLayer(nn.Module):
         x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
         return (x, DecoderLayerWeights(self_weights, cross_weights)) if need_weights else x
 
-    def load_torch_(self, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
+    def load_torch_(self, layer: nn.TransformerDecoderLayer) -> DecoderLayer:
         """Copy the weights of a :class:`torch.nn.TransformerDecoderLayer`."""
         _check_compatible(self, layer)
         self.self_attn.load_state_dict(MultiHeadAttention.from_torch(layer.self_attn).state_dict())
         self.cross_attn.load_state_dict(MultiHeadAttention.from_torch(layer.multihead_attn).state_dict())
         self.ff.load_linear_(layer.linear1, layer.linear2)
         for block, norm in zip(
-            (self.self_attn_block, self.cross_attn_block, self.ff_block), (layer.norm1, layer.norm2, layer.norm3)
+            (self.self_attn_block, self.cross_attn_block, self.ff_block),
+            (layer.norm1, layer.norm2, layer.norm3),
+            strict=False,
         ):
             block.norm.load_state_dict(norm.state_dict())
         return self
@@ -280,6 +284,12 @@ class Transformer(nn.Module):
         self.decoder_layers = nn.ModuleList(DecoderLayer(*args) for _ in range(num_decoder_layers))
         self.encoder_norm = LayerNorm(d_model, eps=eps)
         self.decoder_norm = LayerNorm(d_model, eps=eps)
+
+    def _encoders(self) -> list[EncoderLayer]:
+        return [cast(EncoderLayer, layer) for layer in self.encoder_layers]
+
+    def _decoders(self) -> list[DecoderLayer]:
+        return [cast(DecoderLayer, layer) for layer in self.decoder_layers]
 
     @overload
     def encode(
@@ -340,7 +350,7 @@ class Transformer(nn.Module):
     def start_cache(self, memory: torch.Tensor) -> list[dict]:
         """One KV cache per decoder layer, holding the projected encoder memory."""
         caches = []
-        for layer in self.decoder_layers:
+        for layer in self._decoders():
             k, v = layer.cross_attn.project_kv(memory, memory)  # (N, H, S, D) each
             caches.append({"memory_k": k, "memory_v": v})
         return caches
@@ -367,7 +377,7 @@ class Transformer(nn.Module):
         check_shapes("Transformer.decode_step", tgt=(tgt, f"N 1 {self.d_model}"))
         memory_mask = None if src_mask is None else src_mask[:, None, None, :]  # (N, 1, 1, S)
         x, weights = tgt, []
-        for layer, cache in zip(self.decoder_layers, caches):
+        for layer, cache in zip(self._decoders(), caches, strict=True):
             x, w = layer.step(x, cache, memory_mask, need_weights=True)
             weights.append(w)
         out = self.decoder_norm(x)
@@ -391,7 +401,7 @@ class Transformer(nn.Module):
         return (out, TransformerWeights(encoder_weights, decoder_weights)) if need_weights else out
 
     @classmethod
-    def from_torch(cls, m: nn.Transformer) -> "Transformer":
+    def from_torch(cls, m: nn.Transformer) -> Transformer:
         """Build a copy of a :class:`torch.nn.Transformer` (ReLU activation, any ``batch_first``).
 
         Our masks are ``True`` at real tokens; PyTorch's ``*_key_padding_mask`` are ``True``
@@ -411,10 +421,10 @@ class Transformer(nn.Module):
             norm_first=first.norm_first,
             eps=first.norm1.eps,
         ).to(dtype=first.linear1.weight.dtype, device=first.linear1.weight.device)
-        for ours, theirs in zip(new.encoder_layers, enc):
+        for ours, theirs in zip(new._encoders(), enc, strict=True):
             ours.load_torch_(theirs)
-        for ours, theirs in zip(new.decoder_layers, dec):
-            ours.load_torch_(theirs)
+        for ours_dec, theirs_dec in zip(new._decoders(), dec, strict=True):
+            ours_dec.load_torch_(theirs_dec)
         new.encoder_norm.load_state_dict(m.encoder.norm.state_dict())
         new.decoder_norm.load_state_dict(m.decoder.norm.state_dict())
         return new.train(m.training)

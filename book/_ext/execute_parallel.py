@@ -64,14 +64,18 @@ def execute(path: Path, timeout: int = 600, cache_dir: Path = CACHE) -> tuple[st
     from jupyter_cache.executors.utils import single_nb_execution
 
     notebook = _read(path)
-    result = single_nb_execution(notebook, cwd=str(path.parent), allow_errors=False, timeout=timeout,
-                                 meta_override=True)
+    result = single_nb_execution(
+        notebook, cwd=str(path.parent), allow_errors=False, timeout=timeout, meta_override=True
+    )
     if result.err is not None:
         return path.name, result.time, f"{type(result.err).__name__}: {result.err}"[:300]
     cache = get_cache(str(cache_dir))
     record = cache.add_nb_to_project(str(path), read_data=READER)
-    cache.cache_notebook_bundle(CacheBundleIn(notebook, record.uri, data={"execution_seconds": result.time}),
-                                check_validity=False, overwrite=True)
+    cache.cache_notebook_bundle(
+        CacheBundleIn(notebook, record.uri, data={"execution_seconds": result.time}),
+        check_validity=False,
+        overwrite=True,
+    )
     return path.name, result.time, None
 
 
@@ -96,10 +100,12 @@ def main(argv=None) -> int:
         futures = [pool.submit(execute, p, args.timeout) for p in todo]
         for future in futures:
             name, seconds, error = future.result()
-            print(f"{name}: executed in {seconds:.1f} s" + (f", FAILED ({error}); the build will rerun it"
-                                                              if error else ""), flush=True)
-    print(f"{len(todo)} chapters executed in {time.perf_counter() - start:.1f} s with {args.jobs} workers",
-          flush=True)
+            print(
+                f"{name}: executed in {seconds:.1f} s"
+                + (f", FAILED ({error}); the build will rerun it" if error else ""),
+                flush=True,
+            )
+    print(f"{len(todo)} chapters executed in {time.perf_counter() - start:.1f} s with {args.jobs} workers", flush=True)
     return 0
 
 

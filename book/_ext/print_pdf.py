@@ -40,8 +40,15 @@ from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [  # no background traffic: the machine may have no network
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
 ]
 
 # Applied on top of the theme's own print rules.
@@ -217,9 +224,11 @@ HEADINGS_JS = r"""() => {
   return out;
 }"""
 
-FOOTER = ('<div style="font-size:8px; width:100%; padding:0 15mm; color:#555; display:flex; '
-          'justify-content:space-between; font-family:sans-serif;">'
-          '<span>{title}</span><span><span class="pageNumber"></span> / <span class="totalPages"></span></span></div>')
+FOOTER = (
+    '<div style="font-size:8px; width:100%; padding:0 15mm; color:#555; display:flex; '
+    'justify-content:space-between; font-family:sans-serif;">'
+    '<span>{title}</span><span><span class="pageNumber"></span> / <span class="totalPages"></span></span></div>'
+)
 
 
 BOOK_URL_PATH = "/book.html"
@@ -340,7 +349,7 @@ def fix_outline(pdf: Path, headings: list[dict]) -> int:
         if not _same_heading(old, painted):
             return 0  # not the heading we think it is: change nothing
         if _pdf_unstring(m.group(1)) != heading["title"]:
-            updates.append((num, body[:m.start(1)] + _pdf_string(heading["title"]) + body[m.end(1):]))
+            updates.append((num, body[: m.start(1)] + _pdf_string(heading["title"]) + body[m.end(1) :]))
     if not updates:
         return 0
     size = re.search(rb"trailer\s*<<.*?/Size (\d+)", data, re.S).group(1)
@@ -373,23 +382,32 @@ def print_pdf(html_dir: Path, out: Path, timeout_s: float = 180.0) -> dict:
         try:
             page = browser.new_page(viewport={"width": 1100, "height": 1000})
             page.set_default_timeout(timeout_s * 1000)
-            page.add_init_script("try { localStorage.setItem('theme', 'light'); "
-                                 "localStorage.setItem('mode', 'light'); } catch (e) {}")
+            page.add_init_script(
+                "try { localStorage.setItem('theme', 'light'); localStorage.setItem('mode', 'light'); } catch (e) {}"
+            )
             page.on("pageerror", lambda exc: problems.append(str(exc)))
             page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url}"))
-            page.on("request", lambda req: problems.append(f"request outside localhost: {req.url}")
-                    if not req.url.startswith((url, "data:", "blob:", "about:")) else None)
+            page.on(
+                "request",
+                lambda req: (
+                    problems.append(f"request outside localhost: {req.url}")
+                    if not req.url.startswith((url, "data:", "blob:", "about:"))
+                    else None
+                ),
+            )
             # The single page has no search index; an empty one keeps the theme quiet.
-            page.route("**/searchindex.js", lambda route: route.fulfill(
-                body="Search.setIndex({});", content_type="text/javascript"))
+            page.route(
+                "**/searchindex.js",
+                lambda route: route.fulfill(body="Search.setIndex({});", content_type="text/javascript"),
+            )
             page.goto(url + BOOK_URL_PATH, wait_until="load")
-            page.wait_for_function("() => window.MathJax === undefined || "
-                                   "(MathJax.startup && MathJax.startup.promise)")
+            page.wait_for_function("() => window.MathJax === undefined || (MathJax.startup && MathJax.startup.promise)")
             page.evaluate("() => window.MathJax && MathJax.startup.promise")
             page.evaluate("() => document.fonts.ready.then(() => true)")
             page.wait_for_function("() => Array.from(document.images).every(i => i.complete)")
-            broken = page.evaluate("() => Array.from(document.images)"
-                                   ".filter(i => i.naturalWidth === 0).map(i => i.src)")
+            broken = page.evaluate(
+                "() => Array.from(document.images).filter(i => i.naturalWidth === 0).map(i => i.src)"
+            )
             problems += [f"image did not load: {src}" for src in broken]
             raw = page.evaluate("""() => { const a = (document.querySelector('article') || document.body)
                                       .cloneNode(true);
@@ -407,10 +425,17 @@ def print_pdf(html_dir: Path, out: Path, timeout_s: float = 180.0) -> dict:
             title = page.title().split(" — ")[0].strip() or "Book"
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_name(out.name + ".part")
-            page.pdf(path=str(tmp), format="A4", print_background=True, outline=True, tagged=True,
-                     display_header_footer=True, header_template="<span></span>",
-                     footer_template=FOOTER.format(title=title),
-                     margin={"top": "16mm", "bottom": "18mm", "left": "15mm", "right": "15mm"})
+            page.pdf(
+                path=str(tmp),
+                format="A4",
+                print_background=True,
+                outline=True,
+                tagged=True,
+                display_header_footer=True,
+                header_template="<span></span>",
+                footer_template=FOOTER.format(title=title),
+                margin={"top": "16mm", "bottom": "18mm", "left": "15mm", "right": "15mm"},
+            )
             done["bookmarks_fixed"] = fix_outline(tmp, page.evaluate(HEADINGS_JS))
             os.replace(tmp, out)
         finally:
@@ -426,10 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", default="_build/pdf/book.pdf", type=Path)
     args = parser.parse_args(argv)
     info = print_pdf(args.html_dir, args.out)
-    print(f"print_pdf: {info['path']} ({info['bytes'] / 1e6:.1f} MB, {info['chapters']} chapters, "
-          f"{info['sections']} sections, {info['fitted']} wide equations or tables scaled to fit, "
-          f"{info['bookmarks_fixed']} bookmark titles restored) "
-          f"in {info['seconds']:.0f} s")
+    print(
+        f"print_pdf: {info['path']} ({info['bytes'] / 1e6:.1f} MB, {info['chapters']} chapters, "
+        f"{info['sections']} sections, {info['fitted']} wide equations or tables scaled to fit, "
+        f"{info['bookmarks_fixed']} bookmark titles restored) "
+        f"in {info['seconds']:.0f} s"
+    )
     return 0
 
 

@@ -38,9 +38,7 @@ class _GlueIsError(logging.Filter):
 
 def _install(app) -> None:
     for handler in logging.getLogger(NAMESPACE).handlers:
-        if isinstance(handler, WarningStreamHandler) and not any(
-            isinstance(f, _GlueIsError) for f in handler.filters
-        ):
+        if isinstance(handler, WarningStreamHandler) and not any(isinstance(f, _GlueIsError) for f in handler.filters):
             # After Sphinx's own filters, so that suppress_warnings still applies.
             handler.addFilter(_GlueIsError())
 

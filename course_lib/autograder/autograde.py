@@ -22,8 +22,18 @@ from ..grading.registry import ASSIGNMENTS, exercises_of
 from .notebook import NotebookError, code_cells
 from .text import clean_record, student_message
 
-__all__ = ["grade_submission", "refused_record", "failed_record", "checker_version", "checker_files", "REFERENCE_MODULES", "sha256", "make_job", "split_outcomes",
-           "STATUSES"]
+__all__ = [
+    "grade_submission",
+    "refused_record",
+    "failed_record",
+    "checker_version",
+    "checker_files",
+    "REFERENCE_MODULES",
+    "sha256",
+    "make_job",
+    "split_outcomes",
+    "STATUSES",
+]
 
 #: What a record's ``status`` can be: the notebook was graded, refused as not a notebook,
 #: stopped at its time limit, crashed, held for an instructor's review (it tampered with the
@@ -95,7 +105,7 @@ def split_outcomes(ex: Exercise, flat: list[Outcome], seed: int | None = None) -
     out, i = [], 0
     for case in ex.cases(seed):
         n = len(case.calls)
-        part = list(flat[i:i + n])
+        part = list(flat[i : i + n])
         while len(part) < n:
             part.append(Outcome("error", message="not run: the notebook stopped before this call"))
         out.append(part)
@@ -103,39 +113,65 @@ def split_outcomes(ex: Exercise, flat: list[Outcome], seed: int | None = None) -
     return out
 
 
-def _record(assignment: str, digest: str, status: RecordStatus, reports: list[Report], messages: list[str],
-            isolation: str, seed: int | None = None, flags: list[str] | None = None,
-            fallbacks: int = 0) -> dict[str, Any]:
-    return clean_record({
-        "assignment": assignment,
-        "sha256": digest,
-        "status": status,
-        "score": float(sum(r.score for r in reports)),
-        "max_score": float(sum(r.max_score for r in reports)),
-        "messages": messages,
-        "functions": [r.to_dict() for r in reports],
-        "isolation": isolation,
-        "seed": seed,
-        "fixed_cases": fallbacks,
-        "flags": flags or [],
-    })
+def _record(
+    assignment: str,
+    digest: str,
+    status: RecordStatus,
+    reports: list[Report],
+    messages: list[str],
+    isolation: str,
+    seed: int | None = None,
+    flags: list[str] | None = None,
+    fallbacks: int = 0,
+) -> dict[str, Any]:
+    return clean_record(
+        {
+            "assignment": assignment,
+            "sha256": digest,
+            "status": status,
+            "score": float(sum(r.score for r in reports)),
+            "max_score": float(sum(r.max_score for r in reports)),
+            "messages": messages,
+            "functions": [r.to_dict() for r in reports],
+            "isolation": isolation,
+            "seed": seed,
+            "fixed_cases": fallbacks,
+            "flags": flags or [],
+        }
+    )
 
 
-def refused_record(assignment: str, reason: str, digest: str = "", isolation: str = "none",
-            seed: int | None = None) -> dict[str, Any]:
+def refused_record(
+    assignment: str, reason: str, digest: str = "", isolation: str = "none", seed: int | None = None
+) -> dict[str, Any]:
     """The record of a submission that is not graded at all (every function 0), with the reason."""
     msg = f"Not graded: {reason}."
-    return _record(assignment, digest, "invalid", [zero_report(ex, "error", msg, seed) for ex in exercises_of(assignment)],
-                   [msg], isolation, seed)
+    return _record(
+        assignment,
+        digest,
+        "invalid",
+        [zero_report(ex, "error", msg, seed) for ex in exercises_of(assignment)],
+        [msg],
+        isolation,
+        seed,
+    )
 
 
-def failed_record(assignment: str, reason: str, digest: str = "", isolation: str = "none",
-           seed: int | None = None) -> dict[str, Any]:
+def failed_record(
+    assignment: str, reason: str, digest: str = "", isolation: str = "none", seed: int | None = None
+) -> dict[str, Any]:
     """The record of a submission the grader could not grade through no fault of the student's
     (status ``error``): 0 for now, and regraded on the next run."""
     msg = f"Not graded yet: the grader failed ({reason}); it will be graded again."
-    return _record(assignment, digest, "error", [zero_report(ex, "error", msg) for ex in exercises_of(assignment)],
-                   [msg], isolation, seed)
+    return _record(
+        assignment,
+        digest,
+        "error",
+        [zero_report(ex, "error", msg) for ex in exercises_of(assignment)],
+        [msg],
+        isolation,
+        seed,
+    )
 
 
 def _cell_number(message: str) -> int:
@@ -174,13 +210,18 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
     fallbacks = sum(ex.fallbacks(seed) for ex in exercises) if seed is not None else 0
     review = scan.review_flags()
     if review:
-        msg = ("Your notebook uses tools that read the grader's own state or replace torch's dispatch ("
-               + "; ".join(review[:5]) + "). Nothing in it is graded: the submission is held for an "
-               "instructor to review.")
-        reports = [zero_report(ex, "forbidden", "held for review: the notebook uses introspection", seed)
-                   for ex in exercises]
-        return _record(assignment, digest, "review", reports, [msg], isolation, seed,
-                       [f"review: {r}" for r in review], fallbacks)
+        msg = (
+            "Your notebook uses tools that read the grader's own state or replace torch's dispatch ("
+            + "; ".join(review[:5])
+            + "). Nothing in it is graded: the submission is held for an "
+            "instructor to review."
+        )
+        reports = [
+            zero_report(ex, "forbidden", "held for review: the notebook uses introspection", seed) for ex in exercises
+        ]
+        return _record(
+            assignment, digest, "review", reports, [msg], isolation, seed, [f"review: {r}" for r in review], fallbacks
+        )
     forbidden = {ex.name: scan.violations(ex.name, ex.forbidden) for ex in exercises}
     result = runner.run(make_job(scan.runnable_sources(), exercises, seed))
     flags: list[str] = []
@@ -189,16 +230,20 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         messages.append(result.message)
     if result.status == "review":
         flags += [f"review: {v}" for v in result.violations]
-        reports = [zero_report(ex, "forbidden", "held for review: the notebook tampered with the grading", seed)
-                   for ex in exercises]
+        reports = [
+            zero_report(ex, "forbidden", "held for review: the notebook tampered with the grading", seed)
+            for ex in exercises
+        ]
         return _record(assignment, digest, "review", reports, messages, isolation, seed, flags, fallbacks)
     errors = sorted(scan.problems + [student_message(e) for e in result.cell_errors], key=_cell_number)
     messages += [f"Error while running your notebook, {e}" for e in errors[:10]]
     if len(errors) > 10:
         messages.append(f"... and {len(errors) - 10} more cells with errors")
     for access in result.reference_access[:5]:
-        messages.append(f"Your notebook tried to use the course's reference implementations ({access}); "
-                        "graded code must be your own, and they are not available while grading.")
+        messages.append(
+            f"Your notebook tried to use the course's reference implementations ({access}); "
+            "graded code must be your own, and they are not available while grading."
+        )
         flags.append(f"reference: {access}")
     reports = []
     for ex in exercises:
@@ -206,11 +251,20 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             reports.append(zero_report(ex, "forbidden", "; ".join(forbidden[ex.name]), seed))
             flags.append(f"forbidden: {ex.name} " + "; ".join(forbidden[ex.name]))
         elif ex.name in result.missing:
-            reports.append(zero_report(ex, "missing", f"no function named {ex.name} was defined after running "
-                                       "your notebook (check the name and that its cell runs without errors)", seed))
+            reports.append(
+                zero_report(
+                    ex,
+                    "missing",
+                    f"no function named {ex.name} was defined after running "
+                    "your notebook (check the name and that its cell runs without errors)",
+                    seed,
+                )
+            )
         elif ex.name in result.not_own:
-            note = (f"{ex.name} is {result.not_own[ex.name]}; graded functions must be your own code, written "
-                    "with def in a code cell")
+            note = (
+                f"{ex.name} is {result.not_own[ex.name]}; graded functions must be your own code, written "
+                "with def in a code cell"
+            )
             reports.append(zero_report(ex, "forbidden", note, seed))
             flags.append(f"forbidden: {ex.name} is not the student's own function")
         else:

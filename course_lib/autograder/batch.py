@@ -54,12 +54,14 @@ def discover(root: str | Path, assignments: tuple[str, ...] | None = None) -> tu
             notes.append(f"{student}: not a student folder, ignored")
             continue
         for path in sorted(student_dir.iterdir()):
-            slug = path.name[:-len(".ipynb")] if path.name.endswith(".ipynb") else None
+            slug = path.name[: -len(".ipynb")] if path.name.endswith(".ipynb") else None
             if slug in wanted:
                 subs.append(Submission(student, slug, path))
             elif slug not in ASSIGNMENTS:
-                notes.append(f"{student}/{student_id(path.name)}: not an assignment notebook "
-                             f"({', '.join(n + '.ipynb' for n in ASSIGNMENTS)}), ignored")
+                notes.append(
+                    f"{student}/{student_id(path.name)}: not an assignment notebook "
+                    f"({', '.join(n + '.ipynb' for n in ASSIGNMENTS)}), ignored"
+                )
     return subs, notes
 
 
@@ -107,10 +109,14 @@ class Summary:
             lines.append(f"{slug:26} {len(scores):6d} {mean:8.1f}/{scores[0][1]:<3g} {full:10d}")
         status = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())) or "none"
         rate = self.graded / self.seconds if self.seconds > 0 else 0.0
-        lines.append(f"graded {self.graded} submission(s) in {self.seconds:.1f} s ({rate:.1f}/s); "
-                     f"skipped {self.skipped} unchanged; statuses: {status}")
-        lines.append(f"isolation: {self.isolation}; memory: {self.memory}; inputs: "
-                     + ("the self-check's" if self.seed is None else f"drawn from seed {self.seed}"))
+        lines.append(
+            f"graded {self.graded} submission(s) in {self.seconds:.1f} s ({rate:.1f}/s); "
+            f"skipped {self.skipped} unchanged; statuses: {status}"
+        )
+        lines.append(
+            f"isolation: {self.isolation}; memory: {self.memory}; inputs: "
+            + ("the self-check's" if self.seed is None else f"drawn from seed {self.seed}")
+        )
         if self.failures:
             lines.append(f"FAILED to grade {self.failed} submission(s) (they will be graded again on the next run):")
             lines += [f"  {f}" for f in self.failures[:20]]
@@ -138,9 +144,18 @@ def _reason(e: BaseException) -> str:
     return student_message(f"{type(e).__name__}: {e}", 200)
 
 
-def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: str = "auto", force: bool = False,
-              assignments: tuple[str, ...] | None = None, progress: bool = True, out: TextIO = sys.stdout,
-              limits: Any = None, seed: int | None = None) -> Summary:
+def grade_all(
+    submissions: str | Path,
+    db: str | Path,
+    jobs: int = 2,
+    sandbox: str = "auto",
+    force: bool = False,
+    assignments: tuple[str, ...] | None = None,
+    progress: bool = True,
+    out: TextIO = sys.stdout,
+    limits: Any = None,
+    seed: int | None = None,
+) -> Summary:
     """Grade every submission under ``submissions`` into the gradebook ``db``.
 
     Nothing one submission does stops the batch: every failure on a submission's path (reading,
@@ -165,7 +180,9 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
         try:
             book.save(sub.student, record, checker, seconds)
         except Exception as e:  # noqa: BLE001 - a record the gradebook refuses must not stop the batch
-            record = failed_record(sub.assignment, f"the record could not be saved: {_reason(e)}", record.get("sha256", ""))
+            record = failed_record(
+                sub.assignment, f"the record could not be saved: {_reason(e)}", record.get("sha256", "")
+            )
             try:
                 book.save(sub.student, record, checker, seconds)
             except Exception as e2:  # noqa: BLE001
@@ -174,7 +191,9 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
         summary.graded += 1
         summary.statuses[record["status"]] += 1
         if record["status"] == "error":
-            summary.failures.append(f"{sub.student}/{sub.assignment}: {record['messages'][0] if record['messages'] else ''}")
+            summary.failures.append(
+                f"{sub.student}/{sub.assignment}: {record['messages'][0] if record['messages'] else ''}"
+            )
 
     for sub in subs:
         try:
@@ -201,7 +220,9 @@ def grade_all(submissions: str | Path, db: str | Path, jobs: int = 2, sandbox: s
 
         bar = tqdm(total=total, desc="grading", unit="nb", file=sys.stderr, ascii=True)
     start = time.perf_counter()
-    runners = [Runner(mode=sandbox, limits=limits or Limits(), slot=i, hide=hide) for i in range(min(jobs, max(total, 1)))]
+    runners = [
+        Runner(mode=sandbox, limits=limits or Limits(), slot=i, hide=hide) for i in range(min(jobs, max(total, 1)))
+    ]
     summary.isolation = runners[0].isolation
     summary.memory = runners[0].memory_limit
 

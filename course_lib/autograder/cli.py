@@ -1,10 +1,10 @@
 """The instructor's ``course-lib`` subcommands, added to the parser of :mod:`course_lib.cli`.
 
-    assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
-    grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
-    check     grade one notebook locally, in the sandbox, and print the feedback
-    export    write the gradebook as a CSV or as Gradescope results.json files
-    feedback  write a feedback report per student (Markdown or HTML)
+assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
+grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
+check     grade one notebook locally, in the sandbox, and print the feedback
+export    write the gradebook as a CSV or as Gradescope results.json files
+feedback  write a feedback report per student (Markdown or HTML)
 """
 
 from __future__ import annotations
@@ -38,12 +38,21 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     from .batch import grade_all
     from .sandbox import Limits, SandboxUnavailable
 
-    limits = Limits(call_seconds=args.call_seconds, submission_seconds=args.submission_seconds,
-                    memory_mb=args.memory_mb)
+    limits = Limits(
+        call_seconds=args.call_seconds, submission_seconds=args.submission_seconds, memory_mb=args.memory_mb
+    )
     try:
-        summary = grade_all(args.submissions, args.db, jobs=args.jobs, sandbox=args.sandbox, force=args.force,
-                            assignments=tuple(args.assignment) if args.assignment else None,
-                            progress=not args.quiet, seed=args.seed, limits=limits)
+        summary = grade_all(
+            args.submissions,
+            args.db,
+            jobs=args.jobs,
+            sandbox=args.sandbox,
+            force=args.force,
+            assignments=tuple(args.assignment) if args.assignment else None,
+            progress=not args.quiet,
+            seed=args.seed,
+            limits=limits,
+        )
     except (FileNotFoundError, SandboxUnavailable, ValueError) as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
         return 2
@@ -63,8 +72,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     path = Path(args.notebook)
     assignment = args.assignment or path.name.removesuffix(".ipynb")
     if assignment not in ASSIGNMENTS:
-        print(f"course-lib check: cannot tell the assignment from {path.name!r}; name the file like "
-              f"{', '.join(a + '.ipynb' for a in ASSIGNMENTS)} or pass --assignment", file=sys.stderr)
+        print(
+            f"course-lib check: cannot tell the assignment from {path.name!r}; name the file like "
+            f"{', '.join(a + '.ipynb' for a in ASSIGNMENTS)} or pass --assignment",
+            file=sys.stderr,
+        )
         return 2
     if not path.is_file():
         print(f"course-lib check: {path} is not a file", file=sys.stderr)
@@ -125,8 +137,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any student notebook is out of date")
     p.set_defaults(func=_cmd_assign)
 
-    sandbox_help = ("isolation of student code: auto = the strongest this machine has (bubblewrap, else Linux "
-                    "namespaces), required = refuse without one of them, off = a fresh process with limits only")
+    sandbox_help = (
+        "isolation of student code: auto = the strongest this machine has (bubblewrap, else Linux "
+        "namespaces), required = refuse without one of them, off = a fresh process with limits only"
+    )
     p = sub.add_parser("grade", help="grade SUBMISSIONS/<student>/<NN_slug>.ipynb into a SQLite gradebook")
     p.add_argument("submissions", help="folder with one subfolder per student")
     p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
@@ -135,15 +149,31 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="regrade everything, even unchanged notebooks")
     p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--seed", type=int, default=None,
-                   help="draw every test input anew from this seed (recorded per submission), so no output can be "
-                        "looked up from the self-check; default: the self-check's inputs")
-    p.add_argument("--call-seconds", type=float, default=CALL_TIME_LIMIT,
-                   help=f"CPU time per call of a function (default: {CALL_TIME_LIMIT:g})")
-    p.add_argument("--submission-seconds", type=float, default=60.0,
-                   help="wall-clock time for a whole notebook, cells and calls (default: 60)")
-    p.add_argument("--memory-mb", type=int, default=1024,
-                   help="memory for all of a submission's processes together (default: 1024)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="draw every test input anew from this seed (recorded per submission), so no output can be "
+        "looked up from the self-check; default: the self-check's inputs",
+    )
+    p.add_argument(
+        "--call-seconds",
+        type=float,
+        default=CALL_TIME_LIMIT,
+        help=f"CPU time per call of a function (default: {CALL_TIME_LIMIT:g})",
+    )
+    p.add_argument(
+        "--submission-seconds",
+        type=float,
+        default=60.0,
+        help="wall-clock time for a whole notebook, cells and calls (default: 60)",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=1024,
+        help="memory for all of a submission's processes together (default: 1024)",
+    )
     p.set_defaults(func=_cmd_grade)
     p = sub.add_parser("check", help="grade one notebook locally and print the feedback")
     p.add_argument("notebook")

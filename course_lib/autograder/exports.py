@@ -49,10 +49,18 @@ def export_csv(db: str | Path, out: str | Path) -> int:
         for student, rec in book.rows():
             points = {r["function"]: r["score"] for r in rec["functions"]}
             seed = rec.get("seed")
-            w.writerow([csv_cell(student), csv_cell(rec["assignment"]), f"{rec['score']:g}", f"{rec['max_score']:g}",
-                        csv_cell(rec["status"]), csv_cell(" | ".join(rec.get("flags", []))),
-                        "" if seed is None else str(seed),
-                        *(f"{points[fn]:g}" if fn in points else "" for fn in functions)])
+            w.writerow(
+                [
+                    csv_cell(student),
+                    csv_cell(rec["assignment"]),
+                    f"{rec['score']:g}",
+                    f"{rec['max_score']:g}",
+                    csv_cell(rec["status"]),
+                    csv_cell(" | ".join(rec.get("flags", []))),
+                    "" if seed is None else str(seed),
+                    *(f"{points[fn]:g}" if fn in points else "" for fn in functions),
+                ]
+            )
             n += 1
     return n
 
@@ -65,13 +73,15 @@ def gradescope_results(rec: dict) -> dict:
             lines = [r["feedback"]] if r["feedback"] else ["passed"]
             if r["diagnosis"]:
                 lines.append(f"Likely mistake: {r['diagnosis']}")
-            tests.append({
-                "name": f"{fr['function']}: {r['checks']}",
-                "score": r["points"],
-                "max_score": r["max_points"],
-                "output": "\n".join(lines),
-                "visibility": "visible",
-            })
+            tests.append(
+                {
+                    "name": f"{fr['function']}: {r['checks']}",
+                    "score": r["points"],
+                    "max_score": r["max_points"],
+                    "output": "\n".join(lines),
+                    "visibility": "visible",
+                }
+            )
     return {
         "score": rec["score"],
         "output": "\n".join(rec["messages"]) or f"{rec['assignment']}: {rec['score']:g}/{rec['max_score']:g}",
@@ -146,8 +156,10 @@ def feedback_html(student: str, recs: list[dict]) -> str:
                     item += f". <i>Likely mistake:</i> {h(r['diagnosis'])}"
                 items.append(f"<li>{item}</li>")
             body.append("<ul>" + "".join(items) + "</ul>")
-    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Feedback for "
-            f"{h(valid_utf8(student))}</title></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Feedback for '
+        f"{h(valid_utf8(student))}</title></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
 
 
 def write_feedback(db: str | Path, out: str | Path, fmt: str = "md") -> int:

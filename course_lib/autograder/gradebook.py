@@ -96,9 +96,7 @@ class Gradebook:
 
     def rows(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every graded submission as (student, record), sorted by student and assignment."""
-        for student, record in self.conn.execute(
-            "SELECT student, record FROM results ORDER BY student, assignment"
-        ):
+        for student, record in self.conn.execute("SELECT student, record FROM results ORDER BY student, assignment"):
             yield student, json.loads(record)
 
     def count(self) -> int:

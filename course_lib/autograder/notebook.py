@@ -55,8 +55,10 @@ def code_cells(data: bytes) -> list[str]:
     if len(data) == 0:
         raise NotebookError("the file is empty")
     if len(data) > MAX_NOTEBOOK_BYTES:
-        raise NotebookError(f"the file is {len(data):,} bytes; notebooks over {MAX_NOTEBOOK_BYTES:,} bytes are not graded "
-                            "(clear large outputs and submit again)")
+        raise NotebookError(
+            f"the file is {len(data):,} bytes; notebooks over {MAX_NOTEBOOK_BYTES:,} bytes are not graded "
+            "(clear large outputs and submit again)"
+        )
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
@@ -65,8 +67,10 @@ def code_cells(data: bytes) -> list[str]:
         nb = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         where = f" (line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
-        raise NotebookError(f"the file is not valid JSON{where}, so it is not a Jupyter notebook; "
-                            "save it from Jupyter and submit the .ipynb file") from None
+        raise NotebookError(
+            f"the file is not valid JSON{where}, so it is not a Jupyter notebook; "
+            "save it from Jupyter and submit the .ipynb file"
+        ) from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise NotebookError("the file is JSON but not a Jupyter notebook (no list of cells)")
     cells: list[str] = []
@@ -81,6 +85,8 @@ def code_cells(data: bytes) -> list[str]:
         cells.append(python_source(src))
     total = sum(len(c) for c in cells)
     if total > MAX_CODE_CHARS:
-        raise NotebookError(f"the notebook has {total:,} characters of code; notebooks with more than "
-                            f"{MAX_CODE_CHARS:,} are not graded (an exercise notebook needs far fewer)")
+        raise NotebookError(
+            f"the notebook has {total:,} characters of code; notebooks with more than "
+            f"{MAX_CODE_CHARS:,} are not graded (an exercise notebook needs far fewer)"
+        )
     return cells

@@ -239,8 +239,12 @@ def to_plain(value: Any) -> Any:
     raise TypeError(f"returned a {t.__module__}.{t.__qualname__}, expected a torch.Tensor")
 
 
-def call_once(fn: Callable[..., Any], call: Call, time_limit: float | None = CALL_TIME_LIMIT,
-              watch: dict[str, list[str]] | None = None) -> Outcome:
+def call_once(
+    fn: Callable[..., Any],
+    call: Call,
+    time_limit: float | None = CALL_TIME_LIMIT,
+    watch: dict[str, list[str]] | None = None,
+) -> Outcome:
     """Call ``fn`` on fresh copies of the call's arguments and catch whatever happens.
 
     With ``watch`` (an exercise's :meth:`Exercise.watch`), the torch functions and operators
@@ -308,8 +312,15 @@ def _with_article(noun: str) -> str:
     return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
-def compare(actual: Any, expected: Any, atol: float = 1e-4, rtol: float = 1e-4, what: str = "the output",
-            names: Sequence[str] = (), nested: bool = False) -> str | None:
+def compare(
+    actual: Any,
+    expected: Any,
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+    what: str = "the output",
+    names: Sequence[str] = (),
+    nested: bool = False,
+) -> str | None:
     """``None`` when ``actual`` matches ``expected``; otherwise what differs, in words.
 
     Tensors must have the expected shape, a compatible dtype (bool for masks, floating
@@ -470,20 +481,26 @@ class Report:
 
     def _repr_html_(self) -> str:
         colour = "#1a7f37" if self.passed else "#b35900"
-        out = [f'<div class="course-lib-report"><p style="color:{colour};font-weight:bold">'
-               f"{html.escape(self._headline())}</p>"]
+        out = [
+            f'<div class="course-lib-report"><p style="color:{colour};font-weight:bold">'
+            f"{html.escape(self._headline())}</p>"
+        ]
         for n in self.notes:
             out.append(f"<p>&#9888; {html.escape(n)}</p>")
         if self.status != "not implemented" and self.results:
-            out.append('<table><thead><tr><th></th><th>test</th><th>checks</th><th>points</th>'
-                       "<th>feedback</th></tr></thead><tbody>")
+            out.append(
+                "<table><thead><tr><th></th><th>test</th><th>checks</th><th>points</th>"
+                "<th>feedback</th></tr></thead><tbody>"
+            )
             for r in self.results:
                 mark = "&#10004;" if r.passed else "&#10008;"
                 fb = html.escape(r.feedback)
                 if r.diagnosis:
                     fb += f"<br><b>Likely mistake:</b> {html.escape(r.diagnosis)}"
-                out.append(f"<tr><td>{mark}</td><td>{html.escape(r.name)}</td><td>{html.escape(r.checks)}</td>"
-                           f"<td>{_format_points(r.points)}/{_format_points(r.max_points)}</td><td>{fb}</td></tr>")
+                out.append(
+                    f"<tr><td>{mark}</td><td>{html.escape(r.name)}</td><td>{html.escape(r.checks)}</td>"
+                    f"<td>{_format_points(r.points)}/{_format_points(r.max_points)}</td><td>{fb}</td></tr>"
+                )
             out.append("</tbody></table>")
         out.append("</div>")
         return "".join(out)
@@ -526,9 +543,11 @@ def _diagnose(exercise: Exercise, case: Case, actual: Sequence[Any], names: Sequ
     return ""
 
 
-PROPERTY_GATE = ("this test passes, but it earns its points only once the value tests of this function pass: "
-                 "a property, or an answer that does not depend on the input values, can be met by outputs "
-                 "that are not an implementation (such as uniform weights)")
+PROPERTY_GATE = (
+    "this test passes, but it earns its points only once the value tests of this function pass: "
+    "a property, or an answer that does not depend on the input values, can be met by outputs "
+    "that are not an implementation (such as uniform weights)"
+)
 
 
 def runtime_violations(outcomes: Sequence[Sequence[Outcome]]) -> list[str]:
@@ -543,12 +562,15 @@ def runtime_violations(outcomes: Sequence[Sequence[Outcome]]) -> list[str]:
 
 
 def runtime_note(seen: Sequence[str]) -> str:
-    return (f"ran {', '.join(seen[:5])} while being checked, which this exercise asks you to write yourself "
-            "(seen as the code ran, whatever name reached it)")
+    return (
+        f"ran {', '.join(seen[:5])} while being checked, which this exercise asks you to write yourself "
+        "(seen as the code ran, whatever name reached it)"
+    )
 
 
-def judge(exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequence[str] = (),
-          seed: int | None = None) -> Report:
+def judge(
+    exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequence[str] = (), seed: int | None = None
+) -> Report:
     """Score ``outcomes`` (from :func:`run_calls` or a sandbox) against the reference.
 
     A forbidden torch call seen at run time scores 0. Property and invariance cases, and value

@@ -51,38 +51,146 @@ __all__ = [
 REFERENCE_PACKAGE = "course_lib"
 
 #: Builtins that hide what code does (a call through them cannot be checked).
-DYNAMIC_BUILTINS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint",
-                    "setattr", "delattr"}
+DYNAMIC_BUILTINS = {
+    "eval",
+    "exec",
+    "compile",
+    "__import__",
+    "globals",
+    "locals",
+    "vars",
+    "breakpoint",
+    "setattr",
+    "delattr",
+}
 #: Modules (and module attributes) that give access to frames, memory, file descriptors or
 #: torch's dispatcher, through which a forbidden call or the grader's own state can be reached.
-DYNAMIC_PATHS = ("ctypes", "gc", "importlib", *(f"builtins.{b}" for b in sorted(DYNAMIC_BUILTINS)),
-                 "builtins.__builtins__", "inspect.currentframe", "inspect.stack",
-                 "inspect.getouterframes", "inspect.getinnerframes", "inspect.trace", "sys._getframe",
-                 "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.modules", "sys.addaudithook",
-                 "os.read", "os.write", "os.pread", "os.pwrite", "os.readv", "os.writev", "os.dup", "os.dup2",
-                 "os.fdopen", "os.sendfile", "os.splice", "os.fork", "os.kill", "io.FileIO", "socket.fromfd",
-                 "mmap", "fcntl", "marshal", "torch._C", "torch.ops", "torch._ops", "torch.library",
-                 "torch.overrides", "torch.utils._python_dispatch", "torch._dispatch", "torch._dynamo")
+DYNAMIC_PATHS = (
+    "ctypes",
+    "gc",
+    "importlib",
+    *(f"builtins.{b}" for b in sorted(DYNAMIC_BUILTINS)),
+    "builtins.__builtins__",
+    "inspect.currentframe",
+    "inspect.stack",
+    "inspect.getouterframes",
+    "inspect.getinnerframes",
+    "inspect.trace",
+    "sys._getframe",
+    "sys._current_frames",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.modules",
+    "sys.addaudithook",
+    "os.read",
+    "os.write",
+    "os.pread",
+    "os.pwrite",
+    "os.readv",
+    "os.writev",
+    "os.dup",
+    "os.dup2",
+    "os.fdopen",
+    "os.sendfile",
+    "os.splice",
+    "os.fork",
+    "os.kill",
+    "io.FileIO",
+    "socket.fromfd",
+    "mmap",
+    "fcntl",
+    "marshal",
+    "torch._C",
+    "torch.ops",
+    "torch._ops",
+    "torch.library",
+    "torch.overrides",
+    "torch.utils._python_dispatch",
+    "torch._dispatch",
+    "torch._dynamo",
+)
 #: Attributes that reach into functions, frames and namespaces.
-DYNAMIC_ATTRS = {"__globals__", "__code__", "__closure__", "__builtins__", "__dict__", "__subclasses__", "__mro__",
-                 "__bases__", "__base__", "__getattribute__", "__import__", "__loader__", "__spec__", "__self__",
-                 "__func__", "__wrapped__", "__reduce__", "__reduce_ex__", "__torch_function__",
-                 "__torch_dispatch__", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame",
-                 "gi_code", "cr_frame", "ag_frame", "tb_frame", "tb_next"}
+DYNAMIC_ATTRS = {
+    "__globals__",
+    "__code__",
+    "__closure__",
+    "__builtins__",
+    "__dict__",
+    "__subclasses__",
+    "__mro__",
+    "__bases__",
+    "__base__",
+    "__getattribute__",
+    "__import__",
+    "__loader__",
+    "__spec__",
+    "__self__",
+    "__func__",
+    "__wrapped__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__torch_function__",
+    "__torch_dispatch__",
+    "f_back",
+    "f_globals",
+    "f_locals",
+    "f_builtins",
+    "f_code",
+    "gi_frame",
+    "gi_code",
+    "cr_frame",
+    "ag_frame",
+    "tb_frame",
+    "tb_next",
+}
 #: What a notebook may not use anywhere, even outside graded functions: the tools that read
 #: the grader's own state in the student's process (its frames, its objects, its memory) or
 #: replace torch's dispatch. A notebook that uses them is held for review.
-REVIEW_PATHS = ("ctypes", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "inspect.currentframe",
-                "inspect.stack", "inspect.getouterframes", "inspect.getinnerframes", "inspect.trace",
-                "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",
-                "torch._C", "torch.ops", "torch._ops", "torch.library", "torch.overrides",
-                "torch.utils._python_dispatch", "torch._dispatch", "sys.modules", "importlib",
-                *(f"builtins.{b}" for b in ("eval", "exec", "compile", "__import__")))
+REVIEW_PATHS = (
+    "ctypes",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "inspect.currentframe",
+    "inspect.stack",
+    "inspect.getouterframes",
+    "inspect.getinnerframes",
+    "inspect.trace",
+    "sys._getframe",
+    "sys._current_frames",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.addaudithook",
+    "torch._C",
+    "torch.ops",
+    "torch._ops",
+    "torch.library",
+    "torch.overrides",
+    "torch.utils._python_dispatch",
+    "torch._dispatch",
+    "sys.modules",
+    "importlib",
+    *(f"builtins.{b}" for b in ("eval", "exec", "compile", "__import__")),
+)
 #: Parts of torch's dispatcher, wherever they are reached from (``torch.nn.modules.torch._C``).
 TORCH_INTERNALS = {"_C", "_ops", "ops", "_python_dispatch", "overrides", "_dynamo", "library", "_dispatch"}
 REVIEW_BUILTINS = {"eval", "exec", "compile", "__import__", "__builtins__"}
-REVIEW_ATTRS = {"__globals__", "__code__", "__closure__", "__builtins__", "__torch_function__", "__torch_dispatch__",
-                "f_back", "f_globals", "f_locals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame"}
+REVIEW_ATTRS = {
+    "__globals__",
+    "__code__",
+    "__closure__",
+    "__builtins__",
+    "__torch_function__",
+    "__torch_dispatch__",
+    "f_back",
+    "f_globals",
+    "f_locals",
+    "f_builtins",
+    "gi_frame",
+    "cr_frame",
+    "ag_frame",
+    "tb_frame",
+}
 
 #: The aten operators behind a forbidden call: the runtime layer counts these however they
 #: were reached. (A composite function such as ``cosine_similarity`` has no operator of its
@@ -97,9 +205,13 @@ OPS_OF_RULE: dict[str, tuple[str, ...]] = {
     "torch.nn.functional.log_softmax": ("aten::_log_softmax", "aten::log_softmax"),
     "method:log_softmax": ("aten::_log_softmax", "aten::log_softmax"),
     "torch.nn.functional.scaled_dot_product_attention": (
-        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention",
-        "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
-        "aten::_scaled_dot_product_fused_attention_overrideable", "aten::_scaled_dot_product_attention_math"),
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_fused_attention_overrideable",
+        "aten::_scaled_dot_product_attention_math",
+    ),
     "torch.nn.MultiheadAttention": ("aten::_native_multi_head_attention",),
     "torch.nn.functional.multi_head_attention_forward": ("aten::_native_multi_head_attention",),
     "torch.nn.functional.layer_norm": ("aten::native_layer_norm", "aten::layer_norm"),
@@ -112,8 +224,11 @@ OPS_OF_RULE: dict[str, tuple[str, ...]] = {
     "torch.nn.functional.bilinear": ("aten::_trilinear", "aten::bilinear"),
     "torch.bilinear": ("aten::_trilinear", "aten::bilinear"),
     "torch.nn.Bilinear": ("aten::_trilinear", "aten::bilinear"),
-    "torch.nn.functional.cross_entropy": ("aten::nll_loss_forward", "aten::nll_loss2d_forward",
-                                          "aten::cross_entropy_loss"),
+    "torch.nn.functional.cross_entropy": (
+        "aten::nll_loss_forward",
+        "aten::nll_loss2d_forward",
+        "aten::cross_entropy_loss",
+    ),
     "torch.nn.CrossEntropyLoss": ("aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::cross_entropy_loss"),
     "torch.nn.functional.nll_loss": ("aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::nll_loss_nd"),
     "torch.nn.NLLLoss": ("aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::nll_loss_nd"),
@@ -298,7 +413,7 @@ class StaticEnvironment:
 
     def __init__(self, trees: Iterable[ast.Module]):
         self.imports: dict[str, set[str]] = {}
-        self.star: set[str] = set()              # modules imported with `from m import *`
+        self.star: set[str] = set()  # modules imported with `from m import *`
         self.bindings: dict[str, list[ast.AST]] = {}
         self.attr_bindings: dict[str, list[ast.AST]] = {}  # "torch.exp" = ... (monkeypatching)
         self.dynamic_bindings: list[ast.AST] = []  # values stored through globals()[...] or setattr()
@@ -452,8 +567,10 @@ class _Rules:
 
     @classmethod
     def of(cls, rules: Sequence[str], live: bool) -> _Rules:
-        r = cls({x for x in rules if not x.startswith("method:")},
-                {x.split(":", 1)[1] for x in rules if x.startswith("method:")})
+        r = cls(
+            {x for x in rules if not x.startswith("method:")},
+            {x.split(":", 1)[1] for x in rules if x.startswith("method:")},
+        )
         if live:
             for rule in r.exact:
                 obj = resolve(rule)
@@ -491,8 +608,14 @@ def _attr_note(ref: Ref) -> str | None:
     return None
 
 
-def _local_ref(ref: Ref, imports: dict[str, str], local: set[str], r: _Rules, note: Callable[[str | None], None],
-               trusted: bool = False) -> bool:
+def _local_ref(
+    ref: Ref,
+    imports: dict[str, str],
+    local: set[str],
+    r: _Rules,
+    note: Callable[[str | None], None],
+    trusted: bool = False,
+) -> bool:
     """The checks every environment shares: dynamic constructs, attributes that reach into
     functions and frames, imports made inside the function, names local to it. True when the
     reference needs nothing more (no module-level name to resolve)."""
@@ -711,8 +834,9 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                     note(_dynamic_note(f"{head}()"))
                     continue
                 value: Any = env[head]
-                written_path = (".".join([value.__name__, *ref.chain[1:]])
-                                if isinstance(value, types.ModuleType) else None)
+                written_path = (
+                    ".".join([value.__name__, *ref.chain[1:]]) if isinstance(value, types.ModuleType) else None
+                )
                 base: Any = None
                 ok = True
                 for part in ref.chain[1:]:
@@ -735,8 +859,11 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                     note(_dynamic_note(f"{written_path} (written {ref.written})"))
                 elif ok and any(value is getattr(builtins, b) for b in DYNAMIC_BUILTINS):
                     note(_dynamic_note(f"{value.__name__}() (written {ref.written})"))
-                if len(ref.chain) > 1 and ref.chain[-1] in r.methods and (
-                        base is torch.Tensor or not isinstance(base, (types.ModuleType, type))):
+                if (
+                    len(ref.chain) > 1
+                    and ref.chain[-1] in r.methods
+                    and (base is torch.Tensor or not isinstance(base, (types.ModuleType, type)))
+                ):
                     note(_describe(f"the tensor method .{ref.chain[-1]}()", ref.written))
                 if ok:
                     todo.append(value)

@@ -23,7 +23,9 @@ def assignment_of(name: str) -> str:
     for slug, names in ASSIGNMENTS.items():
         if name in names:
             return slug
-    raise KeyError(f"{name!r} is not a graded function; graded: {', '.join(n for v in ASSIGNMENTS.values() for n in v)}")
+    raise KeyError(
+        f"{name!r} is not a graded function; graded: {', '.join(n for v in ASSIGNMENTS.values() for n in v)}"
+    )
 
 
 def exercise(name: str) -> Exercise:

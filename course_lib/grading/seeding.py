@@ -80,9 +80,13 @@ def _scaled(case: Case, factor: float, keep: tuple[int | str, ...] = ()) -> Case
     from .core import Call
 
     memo: dict[int, Any] = {}
-    calls = [Call(tuple(a if i in keep else _scale_value(a, factor, memo) for i, a in enumerate(c.args)),
-                  {k: v if k in keep else _scale_value(v, factor, memo) for k, v in c.kwargs.items()})
-             for c in case.calls]
+    calls = [
+        Call(
+            tuple(a if i in keep else _scale_value(a, factor, memo) for i, a in enumerate(c.args)),
+            {k: v if k in keep else _scale_value(v, factor, memo) for k, v in c.kwargs.items()},
+        )
+        for c in case.calls
+    ]
     return replace(case, calls=calls)
 
 
@@ -138,8 +142,9 @@ def fresh_cases(exercise: Exercise, seed: int) -> FreshCases:
     for i, (base, new) in enumerate(zip(plain, drawn, strict=False)):
         if i not in exercise._failing:  # the mistakes this case catches (the same for every seed)
             base_expected = exercise.expected()[i]
-            exercise._failing[i] = [m for m in exercise.mistakes
-                                    if _fails(exercise, base, m.implementation, base_expected)]
+            exercise._failing[i] = [
+                m for m in exercise.mistakes if _fails(exercise, base, m.implementation, base_expected)
+            ]
         failing = exercise._failing[i]
         keep = exercise.structure_args
         candidates = [_scaled(new, _factor(seed, exercise.name, i, k), keep) for k in range(_FACTORS)] + [new]
@@ -163,8 +168,13 @@ def calls_of(cases: list[Case]) -> list[Call]:
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (
-            a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
+        return (
+            a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(
+                torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
+            )
+        )
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=False))
     return type(a) is type(b) and a == b
@@ -184,4 +194,3 @@ def input_independent(exercise: Exercise) -> set[int]:
         if ref is not None and _same(tuple(ref), tuple(exercise.expected()[i])):
             out.add(i)
     return out
-

@@ -40,15 +40,15 @@ LIMITS = Limits(call_seconds=2.0, submission_seconds=20.0, memory_mb=512, proces
 
 SETUP = "import math\nimport os\nimport torch\nimport torch.nn.functional as F\n"
 
-HONEST_SOFTMAX = '''
+HONEST_SOFTMAX = """
 def softmax(x, dim=-1):
     m = x.amax(dim=dim, keepdim=True)
     e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
     total = e.sum(dim=dim, keepdim=True)
     return e / torch.where(total == 0, torch.ones_like(total), total)
-'''
+"""
 
-HONEST_ATTENTION = '''
+HONEST_ATTENTION = """
 def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
@@ -62,19 +62,25 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 
 def self_attention(x, W_q, W_k, W_v, mask=None):
     return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)
-'''
+"""
 
 HONEST = HONEST_SOFTMAX + HONEST_ATTENTION
 
-WRONG = '''
+WRONG = """
 def softmax(x, dim=-1):
     return torch.zeros_like(x)
-'''
+"""
 
 
 def notebook(*cells: str) -> bytes:
-    nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-                    for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     return json.dumps(nb).encode()
 
 
@@ -92,21 +98,23 @@ def lookup_table_softmax() -> str:
             x = call.args[0]
             dim = call.kwargs.get("dim", -1)
             rows.append(f"    ({_literal(x)}, {dim}, {_literal(course_lib.softmax(x, dim))}),")
-    return ("_TABLE = [\n" + "\n".join(rows) + "\n]\n\n"
-            "def softmax(x, dim=-1):\n"
-            "    for inp, d, out in _TABLE:\n"
-            "        if d == dim and inp.shape == x.shape and torch.equal(inp, x):\n"
-            "            return out.clone()\n"
-            "    return torch.zeros_like(x)\n")
+    return (
+        "_TABLE = [\n" + "\n".join(rows) + "\n]\n\n"
+        "def softmax(x, dim=-1):\n"
+        "    for inp, d, out in _TABLE:\n"
+        "        if d == dim and inp.shape == x.shape and torch.equal(inp, x):\n"
+        "            return out.clone()\n"
+        "    return torch.zeros_like(x)\n"
+    )
 
 
-FORGE = '''
+FORGE = """
 import json, struct
 def forge(header, blobs=()):
     header = dict(header, blobs=[len(b) for b in blobs])
     h = json.dumps(header).encode()
     os.write(3, struct.pack('<I', len(h)) + h + b''.join(blobs))
-'''
+"""
 
 
 def attacks(tmp: Path) -> dict[str, tuple[bytes, bytes | None]]:
@@ -124,75 +132,176 @@ def attacks(tmp: Path) -> dict[str, tuple[bytes, bytes | None]]:
         "empty": (b"", nothing),
         "huge": (b" " * 20_000_001, nothing),
         "not_utf8": (b"\xff\xfe\x00bad bytes", nothing),
-        "renamed_function": (notebook(SETUP, HONEST.replace("def softmax", "def soft_max").replace(
-            "def scaled_dot", "def sdpa_").replace("def self_attention", "def selfattention")), nothing),
+        "renamed_function": (
+            notebook(
+                SETUP,
+                HONEST.replace("def softmax", "def soft_max")
+                .replace("def scaled_dot", "def sdpa_")
+                .replace("def self_attention", "def selfattention"),
+            ),
+            nothing,
+        ),
         # -- 1. forbidden calls hidden from the scan -----------------------------------------
-        "alias_module_level": (notebook(SETUP, "sm = torch.softmax\n\ndef softmax(x, dim=-1):\n    return sm(x, dim)"),
-                               nothing),
-        "helper_function": (notebook(SETUP, "def _normalise(x, dim):\n    return F.softmax(x, dim=dim)\n\n"
-                                     "def softmax(x, dim=-1):\n    return _normalise(x, dim)"), nothing),
+        "alias_module_level": (
+            notebook(SETUP, "sm = torch.softmax\n\ndef softmax(x, dim=-1):\n    return sm(x, dim)"),
+            nothing,
+        ),
+        "helper_function": (
+            notebook(
+                SETUP,
+                "def _normalise(x, dim):\n    return F.softmax(x, dim=dim)\n\n"
+                "def softmax(x, dim=-1):\n    return _normalise(x, dim)",
+            ),
+            nothing,
+        ),
         "lambda_as_graded_name": (notebook(SETUP, "softmax = lambda x, dim=-1: torch.softmax(x, dim)"), nothing),
-        "rebound_after_clean_stub": (notebook(SETUP, "def softmax(x, dim=-1):\n    raise NotImplementedError",
-                                              "def _s(x, dim=-1):\n    return x.softmax(dim)\n\nsoftmax = _s"), nothing),
+        "rebound_after_clean_stub": (
+            notebook(
+                SETUP,
+                "def softmax(x, dim=-1):\n    raise NotImplementedError",
+                "def _s(x, dim=-1):\n    return x.softmax(dim)\n\nsoftmax = _s",
+            ),
+            nothing,
+        ),
         "bound_to_torch_itself": (notebook(SETUP, "softmax = F.softmax"), nothing),
         "bound_to_a_library_function": (notebook(SETUP, "softmax = torch.sigmoid"), nothing),
-        "getattr_built_name": (notebook(SETUP, "def softmax(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x, dim)"),
-                               nothing),
-        "unparsable_cell_first": (notebook(SETUP, "def broken(:\n    pass",
-                                           "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"), nothing),
-        "bash_cell_first": (notebook(SETUP, "%%bash\necho hello",
-                                     "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"), nothing),
-        "hidden_in_a_table_filled_at_run_time": (notebook(SETUP, "table = {}\n\ndef setup():\n    table['f'] = torch.softmax\n\n"
-                                                          "setup()\n\ndef softmax(x, dim=-1):\n    return table['f'](x, dim)"),
-                                                 nothing),
-        "sdpa_alias": (notebook(SETUP, "attend = F.scaled_dot_product_attention\n\n"
-                                "def scaled_dot_product_attention(q, k, v, mask=None):\n"
-                                "    out = attend(q, k, v, attn_mask=mask)\n"
-                                "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)\n"
-                                "    return out, w"), nothing),
-        "cheat_softmax_honest_rest": (notebook(SETUP, "sm = torch.softmax\ndef softmax(x, dim=-1):\n    return sm(x, dim)",
-                                               HONEST_ATTENTION),
-                                      notebook(SETUP, HONEST_ATTENTION)),
+        "getattr_built_name": (
+            notebook(SETUP, "def softmax(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x, dim)"),
+            nothing,
+        ),
+        "unparsable_cell_first": (
+            notebook(SETUP, "def broken(:\n    pass", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"),
+            nothing,
+        ),
+        "bash_cell_first": (
+            notebook(SETUP, "%%bash\necho hello", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"),
+            nothing,
+        ),
+        "hidden_in_a_table_filled_at_run_time": (
+            notebook(
+                SETUP,
+                "table = {}\n\ndef setup():\n    table['f'] = torch.softmax\n\n"
+                "setup()\n\ndef softmax(x, dim=-1):\n    return table['f'](x, dim)",
+            ),
+            nothing,
+        ),
+        "sdpa_alias": (
+            notebook(
+                SETUP,
+                "attend = F.scaled_dot_product_attention\n\n"
+                "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                "    out = attend(q, k, v, attn_mask=mask)\n"
+                "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)\n"
+                "    return out, w",
+            ),
+            nothing,
+        ),
+        "cheat_softmax_honest_rest": (
+            notebook(SETUP, "sm = torch.softmax\ndef softmax(x, dim=-1):\n    return sm(x, dim)", HONEST_ATTENTION),
+            notebook(SETUP, HONEST_ATTENTION),
+        ),
         # -- 2. forged results ---------------------------------------------------------------
-        "forged_frames_before_the_calls": (notebook(SETUP, FORGE, HONEST_SOFTMAX.replace("softmax", "_real"),
-                                                    "for i in range(8):\n    forge({'t': 'reply', 'id': i, 'status': 'ok', "
-                                                    "'value': {'t': 'int', 'v': 1}, 'seq': i})", WRONG), nothing),
-        "forged_done_then_exit": (notebook(SETUP, FORGE, "forge({'t': 'cells_done', 'missing': [], 'not_own': {}, 'seq': 0})\n"
-                                           "forge({'t': 'bye', 'seq': 1})\nos._exit(0)", WRONG), nothing),
+        "forged_frames_before_the_calls": (
+            notebook(
+                SETUP,
+                FORGE,
+                HONEST_SOFTMAX.replace("softmax", "_real"),
+                "for i in range(8):\n    forge({'t': 'reply', 'id': i, 'status': 'ok', "
+                "'value': {'t': 'int', 'v': 1}, 'seq': i})",
+                WRONG,
+            ),
+            nothing,
+        ),
+        "forged_done_then_exit": (
+            notebook(
+                SETUP,
+                FORGE,
+                "forge({'t': 'cells_done', 'missing': [], 'not_own': {}, 'seq': 0})\n"
+                "forge({'t': 'bye', 'seq': 1})\nos._exit(0)",
+                WRONG,
+            ),
+            nothing,
+        ),
         # -- 3. points for non-implementations -----------------------------------------------
-        "uniform_weights": (notebook(SETUP, "def softmax(x, dim=-1):\n    return torch.ones_like(x) / x.shape[dim]\n\n"
-                                     "def scaled_dot_product_attention(q, k, v, mask=None):\n"
-                                     "    L, S = q.shape[-2], k.shape[-2]\n"
-                                     "    w = torch.ones(*q.shape[:-2], L, S) / S\n"
-                                     "    return torch.zeros(*q.shape[:-1], v.shape[-1]), w\n\n"
-                                     "def self_attention(x, W_q, W_k, W_v, mask=None):\n"
-                                     "    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)"), nothing),
-        "all_zeros": (notebook(SETUP, "def softmax(x, dim=-1):\n    return torch.zeros_like(x)\n\n"
-                               "def scaled_dot_product_attention(q, k, v, mask=None):\n"
-                               "    return torch.zeros(*q.shape[:-1], v.shape[-1]), torch.zeros(*q.shape[:-1], k.shape[-2])"),
-                      nothing),
+        "uniform_weights": (
+            notebook(
+                SETUP,
+                "def softmax(x, dim=-1):\n    return torch.ones_like(x) / x.shape[dim]\n\n"
+                "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                "    L, S = q.shape[-2], k.shape[-2]\n"
+                "    w = torch.ones(*q.shape[:-2], L, S) / S\n"
+                "    return torch.zeros(*q.shape[:-1], v.shape[-1]), w\n\n"
+                "def self_attention(x, W_q, W_k, W_v, mask=None):\n"
+                "    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)",
+            ),
+            nothing,
+        ),
+        "all_zeros": (
+            notebook(
+                SETUP,
+                "def softmax(x, dim=-1):\n    return torch.zeros_like(x)\n\n"
+                "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                "    return torch.zeros(*q.shape[:-1], v.shape[-1]), torch.zeros(*q.shape[:-1], k.shape[-2])",
+            ),
+            nothing,
+        ),
         "lookup_table": (notebook(SETUP, lookup_table_softmax()), nothing),
         # -- 4. reading the previous student's notebook ----------------------------------------
-        "scan_own_memory": (notebook(SETUP, "import ctypes\nfound = []\nfor line in open('/proc/self/maps'):\n"
-                                     "    pass\nbuf = ctypes.string_at(id(found), 64)", WRONG), nothing),
-        "kernel_keyring": (notebook(SETUP, "import ctypes\nlibc = ctypes.CDLL(None)\n"
-                                    "libc.syscall(248, b'user', b'stolen', b'x', 1, -3)", WRONG), nothing),
-        "read_other_student": (notebook(SETUP, f"import json\nstolen = json.load(open({str(victim)!r}))\n"
-                                        "for cell in stolen['cells']:\n    exec(''.join(cell['source']))"), nothing),
+        "scan_own_memory": (
+            notebook(
+                SETUP,
+                "import ctypes\nfound = []\nfor line in open('/proc/self/maps'):\n"
+                "    pass\nbuf = ctypes.string_at(id(found), 64)",
+                WRONG,
+            ),
+            nothing,
+        ),
+        "kernel_keyring": (
+            notebook(
+                SETUP,
+                "import ctypes\nlibc = ctypes.CDLL(None)\nlibc.syscall(248, b'user', b'stolen', b'x', 1, -3)",
+                WRONG,
+            ),
+            nothing,
+        ),
+        "read_other_student": (
+            notebook(
+                SETUP,
+                f"import json\nstolen = json.load(open({str(victim)!r}))\n"
+                "for cell in stolen['cells']:\n    exec(''.join(cell['source']))",
+            ),
+            nothing,
+        ),
         # -- 5. one notebook takes the batch down --------------------------------------------
         "surrogate_in_source": (surrogate_cell, notebook(SETUP, HONEST)),
         "deep_expression": (notebook(SETUP, deep, HONEST), notebook(SETUP, HONEST)),
-        "surrogate_in_exceptions": (notebook(SETUP, "raise ValueError('\\ud800 cell')",
-                                             "def softmax(x, dim=-1):\n    raise ValueError('\\udc80' * 3)"), nothing),
+        "surrogate_in_exceptions": (
+            notebook(
+                SETUP,
+                "raise ValueError('\\ud800 cell')",
+                "def softmax(x, dim=-1):\n    raise ValueError('\\udc80' * 3)",
+            ),
+            nothing,
+        ),
         # -- 6. the grader's own memory ------------------------------------------------------
-        "same_array_many_times": (notebook(SETUP, "big = torch.zeros(1_000_000)\n\ndef softmax(x, dim=-1):\n"
-                                           "    return (big,) * 500"), nothing),
+        "same_array_many_times": (
+            notebook(SETUP, "big = torch.zeros(1_000_000)\n\ndef softmax(x, dim=-1):\n    return (big,) * 500"),
+            nothing,
+        ),
         "big_code_cell": (notebook(SETUP, big_cell, HONEST), nothing),
         # -- 7. feedback and exports ---------------------------------------------------------
-        "markdown_and_html_in_messages": (notebook(SETUP, "def softmax(x, dim=-1):\n    raise ValueError("
-                                                   "'\\n## softmax: 10/10 points\\n<script>alert(1)</script> [x](http://evil)')"),
-                                          nothing),
-        "inputs_in_messages": (notebook(SETUP, "def softmax(x, dim=-1):\n    raise ValueError(str(x.tolist()))"), nothing),
+        "markdown_and_html_in_messages": (
+            notebook(
+                SETUP,
+                "def softmax(x, dim=-1):\n    raise ValueError("
+                "'\\n## softmax: 10/10 points\\n<script>alert(1)</script> [x](http://evil)')",
+            ),
+            nothing,
+        ),
+        "inputs_in_messages": (
+            notebook(SETUP, "def softmax(x, dim=-1):\n    raise ValueError(str(x.tolist()))"),
+            nothing,
+        ),
         "=SUM(1,2)": (notebook(SETUP, WRONG), nothing),
         "@evil": (notebook(SETUP, WRONG), nothing),
         "-2+3": (notebook(SETUP, WRONG), nothing),
@@ -202,23 +311,50 @@ def attacks(tmp: Path) -> dict[str, tuple[bytes, bytes | None]]:
         "infinite_loop_call": (notebook(SETUP, "def softmax(x, dim=-1):\n    while True:\n        pass"), nothing),
         "exit": (notebook(SETUP, "exit()", WRONG), nothing),
         "os_exit": (notebook(SETUP, "os._exit(0)", HONEST), nothing),
-        "kill_parent": (notebook(SETUP, "import signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
-                                 "os.kill(-1, signal.SIGKILL)", WRONG), nothing),
-        "fork_bomb": (notebook(SETUP, "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass"), nothing),
-        "memory_bomb_in_processes": (notebook(SETUP, "for _ in range(8):\n    if os.fork() == 0:\n"
-                                              "        hog = bytearray(400_000_000)\n        import time\n"
-                                              "        time.sleep(30)\n        os._exit(0)\nimport time\ntime.sleep(5)",
-                                              WRONG), nothing),
-        "delete_files": (notebook(SETUP, f"import shutil\nshutil.rmtree({str(tmp / 'subs')!r})\n"
-                                  f"os.remove({str(victim)!r})", WRONG), nothing),
-        "patch_checker_and_torch": (notebook(SETUP, "import course_lib.grading as g\ng.check = lambda *a, **k: 'passed'",
-                                             "torch.allclose = lambda *a, **k: True\n"
-                                             "torch.Tensor.__eq__ = lambda *a: True", WRONG), nothing),
-        "pretend_tensor": (notebook(SETUP, "class Fake:\n    shape = (2, 3)\n"
-                                    "    def __eq__(self, o):\n        return True\n\n"
-                                    "def softmax(x, dim=-1):\n    return Fake()"), nothing),
-        "uses_reference": (notebook(SETUP, "import course_lib\n\ndef softmax(x, dim=-1):\n    "
-                                    "return course_lib.softmax(x, dim)"), nothing),
+        "kill_parent": (
+            notebook(SETUP, "import signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)", WRONG),
+            nothing,
+        ),
+        "fork_bomb": (
+            notebook(SETUP, "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
+            nothing,
+        ),
+        "memory_bomb_in_processes": (
+            notebook(
+                SETUP,
+                "for _ in range(8):\n    if os.fork() == 0:\n"
+                "        hog = bytearray(400_000_000)\n        import time\n"
+                "        time.sleep(30)\n        os._exit(0)\nimport time\ntime.sleep(5)",
+                WRONG,
+            ),
+            nothing,
+        ),
+        "delete_files": (
+            notebook(SETUP, f"import shutil\nshutil.rmtree({str(tmp / 'subs')!r})\nos.remove({str(victim)!r})", WRONG),
+            nothing,
+        ),
+        "patch_checker_and_torch": (
+            notebook(
+                SETUP,
+                "import course_lib.grading as g\ng.check = lambda *a, **k: 'passed'",
+                "torch.allclose = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a: True",
+                WRONG,
+            ),
+            nothing,
+        ),
+        "pretend_tensor": (
+            notebook(
+                SETUP,
+                "class Fake:\n    shape = (2, 3)\n"
+                "    def __eq__(self, o):\n        return True\n\n"
+                "def softmax(x, dim=-1):\n    return Fake()",
+            ),
+            nothing,
+        ),
+        "uses_reference": (
+            notebook(SETUP, "import course_lib\n\ndef softmax(x, dim=-1):\n    return course_lib.softmax(x, dim)"),
+            nothing,
+        ),
     }
 
 
@@ -256,9 +392,26 @@ def graded(tmp_path_factory):
     (subs / "link_to_honest").mkdir()
     (subs / "link_to_honest" / f"{A}.ipynb").symlink_to(subs / "honest1" / f"{A}.ipynb")
     db = tmp / "book" / "gradebook.sqlite"
-    cmd = [sys.executable, "-m", "course_lib", "grade", str(subs), "--db", str(db), "--jobs", "2", "--quiet",
-           "--seed", str(SEED), "--call-seconds", str(LIMITS.call_seconds),
-           "--submission-seconds", str(LIMITS.submission_seconds), "--memory-mb", str(LIMITS.memory_mb)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "course_lib",
+        "grade",
+        str(subs),
+        "--db",
+        str(db),
+        "--jobs",
+        "2",
+        "--quiet",
+        "--seed",
+        str(SEED),
+        "--call-seconds",
+        str(LIMITS.call_seconds),
+        "--submission-seconds",
+        str(LIMITS.submission_seconds),
+        "--memory-mb",
+        str(LIMITS.memory_mb),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     with Gradebook(db) as book:
         rows = dict(book.rows())
@@ -301,7 +454,9 @@ def honest_scores(graded):
     scores = {}
     with Runner(mode="auto", limits=LIMITS, slot=3) as runner:
         for student, (_, honest_part) in cases.items():
-            scores[student] = 0.0 if honest_part is None else grade_submission(honest_part, A, runner, seed=SEED)["score"]
+            scores[student] = (
+                0.0 if honest_part is None else grade_submission(honest_part, A, runner, seed=SEED)["score"]
+            )
     return scores
 
 
@@ -311,7 +466,8 @@ def test_an_attacker_earns_at_most_its_honest_score_and_gets_a_message(graded, h
     rec = rows[student]
     assert rec["score"] <= honest_scores[student], json.dumps(rec)[:3000]
     feedback = " ".join(rec["messages"]) + " ".join(
-        r["feedback"] + " " + " ".join(f["notes"]) for f in rec["functions"] for r in f["results"])
+        r["feedback"] + " " + " ".join(f["notes"]) for f in rec["functions"] for r in f["results"]
+    )
     assert feedback.strip(), rec
 
 
@@ -321,9 +477,18 @@ def _function(rec: dict, name: str) -> dict:
 
 def test_forbidden_calls_are_found_however_they_are_hidden(graded):
     rows = graded[4]
-    for student in ("alias_module_level", "helper_function", "lambda_as_graded_name", "rebound_after_clean_stub",
-                    "bound_to_torch_itself", "getattr_built_name", "unparsable_cell_first", "bash_cell_first",
-                    "hidden_in_a_table_filled_at_run_time", "cheat_softmax_honest_rest"):
+    for student in (
+        "alias_module_level",
+        "helper_function",
+        "lambda_as_graded_name",
+        "rebound_after_clean_stub",
+        "bound_to_torch_itself",
+        "getattr_built_name",
+        "unparsable_cell_first",
+        "bash_cell_first",
+        "hidden_in_a_table_filled_at_run_time",
+        "cheat_softmax_honest_rest",
+    ):
         soft = _function(rows[student], "softmax")
         assert soft["status"] == "forbidden" and soft["score"] == 0, (student, soft["notes"])
         assert any(f.startswith("forbidden: softmax") for f in rows[student]["flags"]), student
@@ -350,8 +515,12 @@ def test_outputs_that_are_not_an_implementation_earn_no_property_points(graded):
     rows = graded[4]
     for student in ("uniform_weights", "all_zeros"):
         assert rows[student]["score"] == 0
-    props = [r for f in rows["uniform_weights"]["functions"] for r in f["results"]
-             if "only once the value tests" in r["feedback"]]
+    props = [
+        r
+        for f in rows["uniform_weights"]["functions"]
+        for r in f["results"]
+        if "only once the value tests" in r["feedback"]
+    ]
     assert props  # the weights do sum to one, but that earns nothing on its own
 
 
@@ -565,6 +734,7 @@ def test_the_sandboxed_grader_gives_solutions_full_marks_and_blank_exercises_zer
         solved = grade_submission((ROOT / "solutions" / f"{slug}.ipynb").read_bytes(), slug, runner, seed=seed)
         assert solved["status"] == "graded" and solved["messages"] == [] and solved["flags"] == []
         assert solved["score"] == solved["max_score"] > 0, [
-            (f["function"], r["feedback"]) for f in solved["functions"] for r in f["results"] if not r["passed"]]
+            (f["function"], r["feedback"]) for f in solved["functions"] for r in f["results"] if not r["passed"]
+        ]
     blank = grade_submission((ROOT / "exercises" / f"{slug}.ipynb").read_bytes(), slug, runner)
     assert blank["score"] == 0 and all(f["status"] == "not implemented" for f in blank["functions"])

@@ -87,8 +87,10 @@ def _relative_imports(module_file: Path) -> set[str]:
 
 
 def test_the_list_holds_every_graded_functions_module_and_what_it_imports():
-    needed = {Path(importlib.import_module(getattr(course_lib, n).__module__).__file__).name
-              for n in course_lib.GRADED_FUNCTIONS}
+    needed = {
+        Path(importlib.import_module(getattr(course_lib, n).__module__).__file__).name
+        for n in course_lib.GRADED_FUNCTIONS
+    }
     todo = list(needed)
     while todo:
         for name in _relative_imports(PACKAGE / todo.pop()):

@@ -20,7 +20,6 @@ from course_lib.grading import ASSIGNMENTS, check, exercise, judge, run_calls
 matplotlib.use("Agg")
 
 
-
 def _run_cells(path: Path) -> dict:
     namespace: dict = {"__name__": "__main__"}
     for i, src in enumerate(code_cells(path.read_bytes())):
@@ -87,25 +86,51 @@ def test_every_blank_stub_scores_zero(slug):
 
 
 def _nb(*cells: tuple[str, str]) -> dict:
-    return {"cells": [{"cell_type": t, "metadata": {}, "source": s,
-                       **({"outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}],
-                           "execution_count": 3} if t == "code" else {})} for t, s in cells],
-            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    return {
+        "cells": [
+            {
+                "cell_type": t,
+                "metadata": {},
+                "source": s,
+                **(
+                    {"outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}], "execution_count": 3}
+                    if t == "code"
+                    else {}
+                ),
+            }
+            for t, s in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
 def test_assign_replaces_solution_regions_keeping_the_indentation():
-    nb = _nb(("code", "def f(x):\n    \"\"\"Doc.\"\"\"\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n"
-                      "    ### END SOLUTION\n\ncheck(f)"),
-             ("markdown", "Why?\n\n<!-- BEGIN SOLUTION -->\nBecause.\n<!-- END SOLUTION -->"))
+    nb = _nb(
+        (
+            "code",
+            'def f(x):\n    """Doc."""\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n'
+            "    ### END SOLUTION\n\ncheck(f)",
+        ),
+        ("markdown", "Why?\n\n<!-- BEGIN SOLUTION -->\nBecause.\n<!-- END SOLUTION -->"),
+    )
     out = make_exercise(nb)
-    assert out["cells"][0]["source"] == ('def f(x):\n    """Doc."""\n    # YOUR CODE HERE\n'
-                                         "    raise NotImplementedError()\n\ncheck(f)")
+    assert out["cells"][0]["source"] == (
+        'def f(x):\n    """Doc."""\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\ncheck(f)'
+    )
     assert out["cells"][0]["outputs"] == [] and out["cells"][0]["execution_count"] is None
     assert out["cells"][1]["source"] == "Why?\n\n*Your answer here.*"
 
 
-@pytest.mark.parametrize("source", ["### BEGIN SOLUTION\nx = 1\n", "x = 1\n### END SOLUTION\n",
-                                    "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "### BEGIN SOLUTION\nx = 1\n",
+        "x = 1\n### END SOLUTION\n",
+        "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n",
+    ],
+)
 def test_assign_refuses_unpaired_markers(source):
     with pytest.raises(AssignError, match="SOLUTION"):
         make_exercise(_nb(("code", source)), "bad.ipynb")

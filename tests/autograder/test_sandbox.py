@@ -30,8 +30,15 @@ from course_lib.grading.core import Call, Outcome
 COURSE_SOURCE = ROOT / "course_lib" / "attention.py"
 # Generous limits so that a busy machine cannot make an honest job time out; the tests of
 # the submission limit itself lower it for one job.
-LIMITS = Limits(call_seconds=0.5, submission_seconds=12.0, cell_seconds=3.0, memory_mb=256, processes=16,
-                output_bytes=50_000, scratch_mb=4)
+LIMITS = Limits(
+    call_seconds=0.5,
+    submission_seconds=12.0,
+    cell_seconds=3.0,
+    memory_mb=256,
+    processes=16,
+    output_bytes=50_000,
+    scratch_mb=4,
+)
 SLOTS = {"bubblewrap": 41, "namespaces": 42, "none": 43}  # uids 60041.. (not those of other test files)
 # Both levels are required: `make test` installs bubblewrap, and CI runs as root (namespaces).
 # A level that does not work here makes its tests fail (Runner raises), never skip.
@@ -56,11 +63,14 @@ def noisy(n):
 
 def honest_job() -> tuple[Job, torch.Tensor]:
     x = torch.tensor([[1.0, 2.0, 3.0], [0.0, -1.0, 5.0]])
-    job = Job(cells=[HONEST], calls={
-        "softmax": [Call((x,)), Call((x,), {"dim": 0})],
-        "stats": [Call((x,))],
-        "noisy": [Call((4,))],
-    })
+    job = Job(
+        cells=[HONEST],
+        calls={
+            "softmax": [Call((x,)), Call((x,), {"dim": 0})],
+            "stats": [Call((x,))],
+            "noisy": [Call((4,))],
+        },
+    )
     return job, x
 
 
@@ -137,9 +147,14 @@ def test_off_mode_runs_a_normal_job():
 
 
 def test_values_keep_their_shape_and_dtype_through_the_sandbox(runner):
-    res = run(runner, ["import torch\ndef shapes():\n    return (torch.tensor(1.5), torch.zeros(0, 3), "
-                       "torch.ones(2, 1, dtype=torch.bool), torch.arange(3), torch.ones(2, 3, dtype=torch.float64).T)"],
-              {"shapes": [Call()]})
+    res = run(
+        runner,
+        [
+            "import torch\ndef shapes():\n    return (torch.tensor(1.5), torch.zeros(0, 3), "
+            "torch.ones(2, 1, dtype=torch.bool), torch.arange(3), torch.ones(2, 3, dtype=torch.float64).T)"
+        ],
+        {"shapes": [Call()]},
+    )
     scalar, empty, mask, ints, transposed = res.outcomes["shapes"][0].value
     assert scalar.shape == () and float(scalar) == 1.5 and scalar.dtype == torch.float32
     assert empty.shape == (0, 3) and mask.dtype == torch.bool and ints.dtype == torch.int64
@@ -148,8 +163,9 @@ def test_values_keep_their_shape_and_dtype_through_the_sandbox(runner):
 
 def test_off_mode_still_never_runs_student_code_as_root():
     with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"]) as r:
-        res = r.run(Job(cells=["import os\ndef who():\n    return (os.getuid(), os.geteuid())"],
-                        calls={"who": [Call()]}))
+        res = r.run(
+            Job(cells=["import os\ndef who():\n    return (os.getuid(), os.geteuid())"], calls={"who": [Call()]})
+        )
     uid, euid = res.outcomes["who"][0].value
     assert uid == euid == r.uid != 0  # so kill(-1) cannot reach the grader or anything else of root's
 
@@ -170,7 +186,10 @@ def test_a_normal_job_returns_correct_values_identically_each_time(runner):
 
 
 def test_the_sandbox_is_an_unprivileged_pid_1_without_a_view_of_the_machine(runner):
-    res = run(runner, ["""
+    res = run(
+        runner,
+        [
+            """
 import os, socket
 def who():
     pids = [p for p in os.listdir('/proc') if p.isdigit()]
@@ -179,7 +198,11 @@ def who():
     return (os.getuid(), os.getgid(), os.getpid(), os.getppid(), len(pids), int(socket.gethostname() == 'sandbox'),
             int(os.path.exists('/home')), int(os.path.exists(%r)), int(os.access('/', os.W_OK)),
             caps, int(status['NoNewPrivs']))
-""" % str(ROOT / "course_lib")], {"who": [Call()]})
+"""
+            % str(ROOT / "course_lib")
+        ],
+        {"who": [Call()]},
+    )
     uid, gid, pid, ppid, n_pids, hostname, home, course, root_writable, caps, nnp = res.outcomes["who"][0].value
     assert caps == 0 and nnp == 1  # no capabilities, and no way to gain any
     assert uid == gid == runner.uid and uid != 0
@@ -204,8 +227,14 @@ def test_an_infinite_loop_in_a_call_is_a_timeout_and_the_other_calls_still_run(r
 
 
 def test_input_exit_and_sys_exit_are_cell_errors(runner):
-    cells = ["name = input('who are you? ')", "exit()", "import sys\nsys.exit(3)", "quit()",
-             "raise KeyboardInterrupt", "def f():\n    return 1"]
+    cells = [
+        "name = input('who are you? ')",
+        "exit()",
+        "import sys\nsys.exit(3)",
+        "quit()",
+        "raise KeyboardInterrupt",
+        "def f():\n    return 1",
+    ]
     res = run(runner, cells, {"f": [Call()]})
     assert res.status == "ok"
     assert [e.split(":")[0] for e in res.cell_errors] == ["cell 1", "cell 2", "cell 3", "cell 4", "cell 5"]
@@ -225,8 +254,13 @@ def test_os_exit_midway_keeps_the_earlier_results(runner):
 
 def test_killing_its_parent_or_everything_only_hurts_the_student(runner):
     zygote = runner._proc.pid
-    cells = ["import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "os.kill(-1, signal.SIGKILL)",
-             "os.kill(0, signal.SIGKILL)", "os.kill(os.getpid(), signal.SIGKILL)", "def f():\n    return 7"]
+    cells = [
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+        "os.kill(-1, signal.SIGKILL)",
+        "os.kill(0, signal.SIGKILL)",
+        "os.kill(os.getpid(), signal.SIGKILL)",
+        "def f():\n    return 7",
+    ]
     res = run(runner, cells, {"f": [Call()]})
     assert res.status in ("ok", "crashed")
     assert runner._proc.pid == zygote and runner._proc.poll() is None  # the warm worker survived
@@ -234,7 +268,8 @@ def test_killing_its_parent_or_everything_only_hurts_the_student(runner):
 
 
 def test_a_fork_bomb_is_contained_and_leaves_no_process(runner):
-    cells = ["""
+    cells = [
+        """
 import os, time
 children = 0
 try:
@@ -245,7 +280,10 @@ try:
         children += 1
 except OSError as e:
     stopped = type(e).__name__
-""", "def count():\n    return children", "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass"]
+""",
+        "def count():\n    return children",
+        "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    ]
     res = run(runner, cells, {"count": [Call()]})
     assert res.status == "ok"
     assert 0 < res.outcomes["count"][0].value < LIMITS.processes
@@ -255,7 +293,8 @@ except OSError as e:
 
 
 def test_a_daemon_started_with_a_double_fork_is_gone_after_the_job(runner, tmp_path):
-    cells = ["""
+    cells = [
+        """
 import os, time
 if os.fork() == 0:
     os.setsid()
@@ -265,15 +304,18 @@ if os.fork() == 0:
     os._exit(0)
 os.wait()
 time.sleep(0.1)
-"""]
+"""
+    ]
     res = run(runner, cells)
     assert res.status == "ok" and res.cell_errors == []
     assert uid_processes(runner.uid) == []
 
 
 def test_a_memory_bomb_is_stopped_and_reported(runner):
-    cells = ["hog = []\nwhile True:\n    hog.append(bytearray(20_000_000))",
-             "del hog\nimport torch\ndef f():\n    return torch.ones(10 ** 10)\n\ndef g():\n    return 1"]
+    cells = [
+        "hog = []\nwhile True:\n    hog.append(bytearray(20_000_000))",
+        "del hog\nimport torch\ndef f():\n    return torch.ones(10 ** 10)\n\ndef g():\n    return 1",
+    ]
     res = run(runner, cells, {"f": [Call()], "g": [Call()]})
     assert res.status == "ok"
     assert res.cell_errors[0].startswith("cell 1: MemoryError")
@@ -284,9 +326,16 @@ def test_a_memory_bomb_is_stopped_and_reported(runner):
 
 def test_filling_the_disk_is_capped_and_nothing_is_written_outside_the_scratch_dir(runner, tmp_path):
     name = f"sandbox-test-{uuid.uuid4().hex}"
-    targets = [f"{SCRATCH}/{name}", str(ROOT / name), str(tmp_path / name), f"/dev/shm/{name}", f"/{name}",
-               f"/tmp/{name}"]
-    cells = ["""
+    targets = [
+        f"{SCRATCH}/{name}",
+        str(ROOT / name),
+        str(tmp_path / name),
+        f"/dev/shm/{name}",
+        f"/{name}",
+        f"/tmp/{name}",
+    ]
+    cells = [
+        """
 import os
 def fill(path):
     written = 0
@@ -313,7 +362,9 @@ def fill_many():
 
 def attempt():
     return tuple(fill(p) for p in %r) + (fill_many(),)
-""" % targets]
+"""
+        % targets
+    ]
     res = run(runner, cells, {"attempt": [Call()]})
     assert res.status == "ok", res
     written = res.outcomes["attempt"][0].value
@@ -329,12 +380,16 @@ def test_deleting_the_repository_fails(runner):
     # the sandbox uid must not own the repository, or deleting it would be allowed by design
     assert ROOT.stat().st_uid != runner.uid
     before = sorted(p.name for p in (ROOT / "course_lib").iterdir())
-    cells = ["""
+    cells = [
+        """
 import os, shutil
 assert os.getuid() >= 60000, 'not sandboxed: refusing to try'
 errors = []
 shutil.rmtree(%r, onerror=lambda *a: errors.append(a[0].__name__))
-""" % str(ROOT), "def n_errors():\n    return len(errors)"]
+"""
+        % str(ROOT),
+        "def n_errors():\n    return len(errors)",
+    ]
     res = run(runner, cells, {"n_errors": [Call()]})
     assert sorted(p.name for p in (ROOT / "course_lib").iterdir()) == before
     assert COURSE_SOURCE.is_file()
@@ -342,10 +397,12 @@ shutil.rmtree(%r, onerror=lambda *a: errors.append(a[0].__name__))
 
 
 def test_ignoring_the_time_limit_signals_ends_in_a_submission_timeout(runner):
-    cells = ["import signal\nfor s in (signal.SIGALRM, signal.SIGPROF, signal.SIGTERM, signal.SIGINT):\n"
-             "    signal.signal(s, signal.SIG_IGN)",
-             "def first():\n    return 1\n\ndef hang():\n    for s in (signal.SIGALRM, signal.SIGPROF):\n"
-             "        signal.signal(s, signal.SIG_IGN)\n    while True:\n        pass"]
+    cells = [
+        "import signal\nfor s in (signal.SIGALRM, signal.SIGPROF, signal.SIGTERM, signal.SIGINT):\n"
+        "    signal.signal(s, signal.SIG_IGN)",
+        "def first():\n    return 1\n\ndef hang():\n    for s in (signal.SIGALRM, signal.SIGPROF):\n"
+        "        signal.signal(s, signal.SIG_IGN)\n    while True:\n        pass",
+    ]
     t0 = time.monotonic()
     runner.limits = dataclasses.replace(LIMITS, submission_seconds=2.0)
     try:
@@ -379,7 +436,8 @@ def test_the_network_is_unreachable(runner):
 
     thread = threading.Thread(target=serve)
     thread.start()
-    cells = ["""
+    cells = [
+        """
 import socket
 def connect(host, port):
     try:
@@ -387,10 +445,12 @@ def connect(host, port):
         return 1
     except OSError:
         return 0
-"""]
+"""
+    ]
     try:
-        res = run(runner, cells, {"connect": [Call(("127.0.0.1", port)), Call(("8.8.8.8", 53)),
-                                              Call(("localhost", port))]})
+        res = run(
+            runner, cells, {"connect": [Call(("127.0.0.1", port)), Call(("8.8.8.8", 53)), Call(("localhost", port))]}
+        )
     finally:
         time.sleep(0.3)
         stop.set()
@@ -401,9 +461,16 @@ def connect(host, port):
 
 
 def test_other_students_files_and_the_course_source_cannot_be_read(runner, secret_dir):
-    paths = [str(secret_dir / "alice.ipynb"), str(COURSE_SOURCE), str(ROOT / "course_lib" / "grading" / "core.py"),
-             str(ROOT / "solutions"), "/root/.bash_history", "/etc/shadow"]
-    cells = ["""
+    paths = [
+        str(secret_dir / "alice.ipynb"),
+        str(COURSE_SOURCE),
+        str(ROOT / "course_lib" / "grading" / "core.py"),
+        str(ROOT / "solutions"),
+        "/root/.bash_history",
+        "/etc/shadow",
+    ]
+    cells = [
+        """
 import os
 def read(path):
     try:
@@ -413,14 +480,20 @@ def read(path):
             return len(f.read())
     except OSError:
         return -1
-"""]
+"""
+    ]
     res = run(runner, cells, {"read": [Call((p,)) for p in paths]})
     assert [o.value for o in res.outcomes["read"]] == [-1] * len(paths)
 
 
 def test_patching_torch_in_one_job_does_not_affect_the_next(runner):
-    res = run(runner, ["import torch\ntorch.matmul = lambda *a: 0\ntorch.Tensor.__add__ = lambda *a: 0\n"
-                       "import numpy\nnumpy.load = None"])
+    res = run(
+        runner,
+        [
+            "import torch\ntorch.matmul = lambda *a: 0\ntorch.Tensor.__add__ = lambda *a: 0\n"
+            "import numpy\nnumpy.load = None"
+        ],
+    )
     assert res.status == "ok" and res.cell_errors == []
     a, b = torch.randn(2, 3), torch.randn(3, 2)
     res = run(runner, ["import torch\ndef f(a, b):\n    return torch.matmul(a, b) + 1"], {"f": [Call((a, b))]})
@@ -428,17 +501,29 @@ def test_patching_torch_in_one_job_does_not_affect_the_next(runner):
 
 
 def test_nothing_of_a_job_is_left_for_the_next(runner):
-    run(runner, ["import os, builtins, sys\nfor p in ('/tmp/left', '/dev/shm/left', 'left'):\n    try:\n"
-                 "        open(p, 'w').write('x')\n    except OSError:\n        pass\n"
-                 "os.environ['LEFT'] = '1'\nbuiltins.left = 1\nsys.modules['left'] = sys"])
-    res = run(runner, ["import os, sys\ndef left():\n    return (os.path.exists('/tmp/left'), "
-                       "os.path.exists('/dev/shm/left'), os.path.exists('left'), 'LEFT' in os.environ, "
-                       "'left' in dir(__builtins__), 'left' in sys.modules)"], {"left": [Call()]})
+    run(
+        runner,
+        [
+            "import os, builtins, sys\nfor p in ('/tmp/left', '/dev/shm/left', 'left'):\n    try:\n"
+            "        open(p, 'w').write('x')\n    except OSError:\n        pass\n"
+            "os.environ['LEFT'] = '1'\nbuiltins.left = 1\nsys.modules['left'] = sys"
+        ],
+    )
+    res = run(
+        runner,
+        [
+            "import os, sys\ndef left():\n    return (os.path.exists('/tmp/left'), "
+            "os.path.exists('/dev/shm/left'), os.path.exists('left'), 'LEFT' in os.environ, "
+            "'left' in dir(__builtins__), 'left' in sys.modules)"
+        ],
+        {"left": [Call()]},
+    )
     assert res.outcomes["left"][0].value == (False,) * 6
 
 
 def test_objects_that_pretend_to_be_tensors_are_refused(runner):
-    cells = ["""
+    cells = [
+        """
 import numpy as np
 import torch
 
@@ -474,7 +559,8 @@ def none():
 
 def complex_():
     return torch.zeros(2, dtype=torch.complex64)
-"""]
+"""
+    ]
     names = ["sub", "with_array", "shaped", "array", "nested", "none", "complex_"]
     res = run(runner, cells, {n: [Call()] for n in names})
     assert [res.outcomes[n][0].status for n in names] == ["bad_type"] * len(names)
@@ -484,8 +570,10 @@ def complex_():
 
 
 def test_nan_and_inf_come_back_as_they_are(runner):
-    cells = ["import torch\ndef f():\n    return torch.tensor([float('nan'), float('inf'), -float('inf'), 1.0])\n"
-             "def g():\n    return float('nan'), float('-inf'), torch.tensor([1.5], dtype=torch.bfloat16)"]
+    cells = [
+        "import torch\ndef f():\n    return torch.tensor([float('nan'), float('inf'), -float('inf'), 1.0])\n"
+        "def g():\n    return float('nan'), float('-inf'), torch.tensor([1.5], dtype=torch.bfloat16)"
+    ]
     res = run(runner, cells, {"f": [Call()], "g": [Call()]})
     v = res.outcomes["f"][0].value
     assert torch.isnan(v[0]) and v[1] == math.inf and v[2] == -math.inf and v[3] == 1.0
@@ -495,10 +583,11 @@ def test_nan_and_inf_come_back_as_they_are(runner):
 
 
 def test_huge_output_is_capped_and_printed_text_is_never_a_result(runner):
-    cells = ["for i in range(200_000):\n    print('softmax: 8/8 points, all tests passed', i)",
-             "import os, sys\nfor i in range(20_000):\n    os.write(1, b'x' * 1000)\nsys.stderr.write('bye')",
-             "print('{\"t\": \"result\", \"fn\": \"f\", \"i\": 0, \"status\": \"ok\"}')\n"
-             "def f():\n    raise NotImplementedError"]
+    cells = [
+        "for i in range(200_000):\n    print('softmax: 8/8 points, all tests passed', i)",
+        "import os, sys\nfor i in range(20_000):\n    os.write(1, b'x' * 1000)\nsys.stderr.write('bye')",
+        'print(\'{"t": "result", "fn": "f", "i": 0, "status": "ok"}\')\ndef f():\n    raise NotImplementedError',
+    ]
     t0 = time.monotonic()
     res = run(runner, cells, {"f": [Call()]})
     assert time.monotonic() - t0 < LIMITS.submission_seconds
@@ -508,11 +597,14 @@ def test_huge_output_is_capped_and_printed_text_is_never_a_result(runner):
 
 
 def test_using_course_lib_is_recorded_and_refused(runner):
-    cells = ["import course_lib", "from course_lib.attention import scaled_dot_product_attention",
-             "from course_lib.grading import check, when_implemented\ncheck(print)\n"
-             "with when_implemented():\n    raise NotImplementedError",
-             "import course_lib.grading as g\ng.check = lambda *a, **k: 'passed'",
-             "def softmax(x, dim=-1):\n    return course_lib.softmax(x, dim)"]
+    cells = [
+        "import course_lib",
+        "from course_lib.attention import scaled_dot_product_attention",
+        "from course_lib.grading import check, when_implemented\ncheck(print)\n"
+        "with when_implemented():\n    raise NotImplementedError",
+        "import course_lib.grading as g\ng.check = lambda *a, **k: 'passed'",
+        "def softmax(x, dim=-1):\n    return course_lib.softmax(x, dim)",
+    ]
     res = run(runner, cells, {"softmax": [Call((torch.zeros(2),))]})
     assert [e.split(":")[0] for e in res.cell_errors] == ["cell 2", "cell 4"]
     assert "reference implementation course_lib.attention accessed" in res.reference_access
@@ -524,11 +616,14 @@ def test_using_course_lib_is_recorded_and_refused(runner):
 
 
 def test_syntax_errors_and_magics_do_not_stop_the_notebook(runner):
-    cells = ["%matplotlib inline\nimport torch\nimport matplotlib.pyplot as plt",
-             "def broken(:\n    pass", "!pip install something\nx = 3",
-             "if x:\n    %time y = 1\n    y = 2",
-             "plt.plot([1, 2], [3, 4])\nplt.show()\nplt.savefig('plot.png')",
-             "def f():\n    return x + y"]
+    cells = [
+        "%matplotlib inline\nimport torch\nimport matplotlib.pyplot as plt",
+        "def broken(:\n    pass",
+        "!pip install something\nx = 3",
+        "if x:\n    %time y = 1\n    y = 2",
+        "plt.plot([1, 2], [3, 4])\nplt.show()\nplt.savefig('plot.png')",
+        "def f():\n    return x + y",
+    ]
     res = run(runner, cells, {"f": [Call()], "missing_fn": [Call(), Call()]})
     assert res.cell_errors == ["cell 2: SyntaxError: invalid syntax (line 1)"]
     assert res.outcomes["f"][0].value == 5
@@ -580,11 +675,14 @@ huge_shape = header + b" " * (end - len(header)) + small[end:]
 
 def test_forged_frames_hold_the_submission_for_review_and_earn_nothing(runner):
     # frames written to the harness's own pipe by student code: unsigned, so forged
-    cells = [FORGE, "tensor(0, pickled)\ntensor(1, huge_shape)\n"
-             "forge({'t': 'cells_done', 'missing': [], 'not_own': {}, 'seq': 0})\n"
-             "forge({'t': 'reply', 'id': 0, 'status': 'ok', 'value': {'t': 'int', 'v': 4}, 'seq': 1})\n"
-             "forge({'t': 'bye', 'seq': 2})\nos._exit(0)",
-             "def f():\n    return 4"]
+    cells = [
+        FORGE,
+        "tensor(0, pickled)\ntensor(1, huge_shape)\n"
+        "forge({'t': 'cells_done', 'missing': [], 'not_own': {}, 'seq': 0})\n"
+        "forge({'t': 'reply', 'id': 0, 'status': 'ok', 'value': {'t': 'int', 'v': 4}, 'seq': 1})\n"
+        "forge({'t': 'bye', 'seq': 2})\nos._exit(0)",
+        "def f():\n    return 4",
+    ]
     res = run(runner, cells, {"f": [Call()] * 3})
     assert res.status == "review" and res.violations, res
     assert "signature" in res.message or "did not write" in res.message
@@ -593,8 +691,10 @@ def test_forged_frames_hold_the_submission_for_review_and_earn_nothing(runner):
 
 
 def test_a_malformed_stream_is_a_review_not_a_crash_of_the_grader(runner):
-    cells = ["import os\nos.write(3, b'\\xff\\xff\\xff\\x7f' + b'x' * 100)\nimport time\ntime.sleep(1)",
-             "def f():\n    return 1"]
+    cells = [
+        "import os\nos.write(3, b'\\xff\\xff\\xff\\x7f' + b'x' * 100)\nimport time\ntime.sleep(1)",
+        "def f():\n    return 1",
+    ]
     res = run(runner, cells, {"f": [Call()]})
     assert res.status == "review" and "malformed" in res.message
     assert res.outcomes["f"][0].status == "error"
@@ -614,8 +714,14 @@ def test_npy_parsing_refuses_pickles_and_lies_before_allocating():
     assert codec.load_npy(npy(np.arange(6).reshape(2, 3))).tolist() == [[0, 1, 2], [3, 4, 5]]
     assert codec.load_npy(npy(np.asfortranarray(np.arange(6).reshape(2, 3)))).tolist() == [[0, 1, 2], [3, 4, 5]]
     assert codec.load_npy(npy(np.arange(3, dtype=">f4"))).dtype == np.float32
-    bad = [npy(np.array([None], dtype=object), allow_pickle=True), npy(np.zeros(2, dtype="complex64")),
-           npy(np.zeros(2, dtype=[("a", "f4")])), npy(np.zeros(3))[:-1], b"not an array", b""]
+    bad = [
+        npy(np.array([None], dtype=object), allow_pickle=True),
+        npy(np.zeros(2, dtype="complex64")),
+        npy(np.zeros(2, dtype=[("a", "f4")])),
+        npy(np.zeros(3))[:-1],
+        b"not an array",
+        b"",
+    ]
     small = npy(np.zeros(3))
     end = small.index(b"\n")
     header = small[:end].replace(b"(3,)", b"(999999999999,)").rstrip(b" ")
@@ -647,10 +753,14 @@ def test_the_worker_is_a_standalone_package():
     for f in files:
         tree = ast.parse(f.read_text())
         modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        modules |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
-                    if isinstance(n, ast.ImportFrom) and n.level == 0}
-        allowed = set() if f.name in ("protocol.py", "__init__.py", "syscalls.py", "jail.py") else {
-            "numpy", "torch", "matplotlib"}
+        modules |= {
+            (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0
+        }
+        allowed = (
+            set()
+            if f.name in ("protocol.py", "__init__.py", "syscalls.py", "jail.py")
+            else {"numpy", "torch", "matplotlib"}
+        )
         assert modules - set(sys.stdlib_module_names) <= allowed, f.name
 
 

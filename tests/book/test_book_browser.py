@@ -33,8 +33,15 @@ HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html")).resolve()
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [  # no background traffic: this machine has no network
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
 ]
 MODES = ("light", "dark")
 
@@ -93,18 +100,22 @@ def open_page(browser, server, name: str, mode: str = "light"):
     """
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=mode)
     # The pydata theme reads the reader's choice from localStorage before it paints.
-    context.add_init_script(f"try {{ localStorage.setItem('theme', '{mode}'); "
-                            f"localStorage.setItem('mode', '{mode}'); }} catch (e) {{}}")
+    context.add_init_script(
+        f"try {{ localStorage.setItem('theme', '{mode}'); localStorage.setItem('mode', '{mode}'); }} catch (e) {{}}"
+    )
     page = context.new_page()
     errors, outside = [], []
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("request", lambda req: outside.append(req.url)
-            if not req.url.startswith((server, "data:", "blob:", "about:")) else None)
+    page.on(
+        "request",
+        lambda req: outside.append(req.url) if not req.url.startswith((server, "data:", "blob:", "about:")) else None,
+    )
     page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
     page.goto(f"{server}/{name}.html", wait_until="load")
-    page.wait_for_function("() => window.MathJax === undefined || "
-                           "(MathJax.startup && MathJax.startup.promise)", timeout=20000)
+    page.wait_for_function(
+        "() => window.MathJax === undefined || (MathJax.startup && MathJax.startup.promise)", timeout=20000
+    )
     page.evaluate("() => window.MathJax && MathJax.startup.promise")
     page.wait_for_load_state("networkidle")
     page.wait_for_function("() => Array.from(document.images).every(i => i.complete)", timeout=20000)
@@ -160,8 +171,9 @@ def test_page_renders_offline_without_errors(server, browser, page_name, mode):
     empty = [i["src"][:80] for i in images if _image_bytes(i["src"], server) == 0]
     assert not empty, f"empty image files on {page_name}: {empty}"
     if mode == "dark":  # schematics are drawn dark on white; dark mode inverts them (schematics.css)
-        filters = page.evaluate("() => Array.from(document.querySelectorAll('img.schematic'))"
-                                ".map(i => getComputedStyle(i).filter)")
+        filters = page.evaluate(
+            "() => Array.from(document.querySelectorAll('img.schematic')).map(i => getComputedStyle(i).filter)"
+        )
         assert all("invert" in f for f in filters), f"{page_name}: schematics not inverted in dark mode: {filters}"
     page.context.close()
 
@@ -180,8 +192,7 @@ def test_table_of_contents_reaches_every_chapter(server, browser):
     page = browser.new_page()
     page.goto(f"{server}/index.html", wait_until="load")  # redirects to the root page
     page.wait_for_load_state("networkidle")
-    hrefs = page.evaluate("() => Array.from(document.querySelectorAll('nav.bd-docs-nav a'))"
-                          ".map(a => a.href)")
+    hrefs = page.evaluate("() => Array.from(document.querySelectorAll('nav.bd-docs-nav a')).map(a => a.href)")
     for name in PAGES[1:]:
         assert any(h.split("#")[0].endswith(f"/{name}.html") for h in hrefs), f"{name} missing from the sidebar"
     page.close()

@@ -32,9 +32,13 @@ def _notebook(prose: str) -> nbformat.NotebookNode:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     cell = nbformat.v4.new_code_cell('from myst_nb import glue\nglue("ratio", 0.5, display=False)')
     prefix = "application/papermill.record/"
-    cell.outputs = [nbformat.v4.new_output(
-        "display_data", data={prefix + "text/plain": "0.5"},
-        metadata={"scrapbook": {"name": "ratio", "mime_prefix": prefix}})]
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "display_data",
+            data={prefix + "text/plain": "0.5"},
+            metadata={"scrapbook": {"name": "ratio", "mime_prefix": prefix}},
+        )
+    ]
     nb.cells = [nbformat.v4.new_markdown_cell("# Glue"), cell, nbformat.v4.new_markdown_cell(prose)]
     return nb
 
@@ -49,8 +53,23 @@ def _project(tmp_path: Path, prose: str) -> Path:
 
 def _build(src: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-n", "--keep-going", "-q", str(src),
-         str(src.parent / "out" / "html")], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-W",
+            "-n",
+            "--keep-going",
+            "-q",
+            str(src),
+            str(src.parent / "out" / "html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_missing_glue_name_fails_every_build_until_it_exists(tmp_path):

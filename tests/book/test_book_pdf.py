@@ -27,8 +27,10 @@ import print_pdf  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
-SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="200" height="80" viewBox="0 0 200 80">'
-       '<rect x="5" y="5" width="190" height="70" fill="#cfe2f3" stroke="#3d6fa8"/></svg>')
+SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" width="200" height="80" viewBox="0 0 200 80">'
+    '<rect x="5" y="5" width="190" height="70" fill="#cfe2f3" stroke="#3d6fa8"/></svg>'
+)
 
 CONFIG = f"""
 title: "A small book"
@@ -139,8 +141,12 @@ def test_a_small_book_prints_with_contents_and_bookmarks(tmp_path):
     nbformat.write(_chapter_one(), src / "ch1.ipynb")
     (src / "ch2.md").write_text(CH2)
     jb = Path(sys.executable).with_name("jupyter-book")
-    build = subprocess.run([str(jb), "build", str(src), "--builder", "singlehtml", "-W", "-n", "--keep-going"],
-                           capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [str(jb), "build", str(src), "--builder", "singlehtml", "-W", "-n", "--keep-going"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
 
     out = tmp_path / "pdf" / "book.pdf"

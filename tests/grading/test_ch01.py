@@ -170,7 +170,7 @@ def local_attention_weights_where(scores, center, half_window):
     inside = distance.abs() <= half_window
     weights = torch.softmax(torch.where(inside, scores, torch.full_like(scores, float("-inf"))), dim=-1)
     sigma = half_window / 2
-    return weights * torch.exp(-distance**2 / (2 * sigma**2))
+    return weights * torch.exp(-(distance**2) / (2 * sigma**2))
 
 
 def local_attention_weights_loops(scores, center, half_window):
@@ -233,8 +233,9 @@ def test_cases_are_deterministic_plain_data(name):
     a, b = ex.make_cases(), ex.make_cases()
     for ca, cb in zip(a, b, strict=True):
         for x, y in zip(ca.calls, cb.calls, strict=True):
-            for u, w in zip(list(x.args) + list(x.kwargs.values()), list(y.args) + list(y.kwargs.values()),
-                            strict=True):
+            for u, w in zip(
+                list(x.args) + list(x.kwargs.values()), list(y.args) + list(y.kwargs.values()), strict=True
+            ):
                 assert isinstance(u, (torch.Tensor, int, float, bool, str, type(None)))
                 if isinstance(u, torch.Tensor):
                     assert torch.equal(u.nan_to_num(), w.nan_to_num())
@@ -461,7 +462,7 @@ def attention_pool_ignores_mask(scores, values, mask=None):
 def _window_and_gaussian(scores, center, half_window, sigma):
     positions = torch.arange(scores.shape[-1], dtype=scores.dtype)
     distance = positions - center.unsqueeze(-1)
-    return distance.abs() <= half_window, torch.exp(-distance**2 / (2 * sigma**2))
+    return distance.abs() <= half_window, torch.exp(-(distance**2) / (2 * sigma**2))
 
 
 def local_attention_weights_sigma_d(scores, center, half_window):
@@ -478,7 +479,7 @@ def local_attention_weights_strict(scores, center, half_window):
     positions = torch.arange(scores.shape[-1], dtype=scores.dtype)
     distance = positions - center.unsqueeze(-1)
     inside = distance.abs() < half_window
-    gauss = torch.exp(-distance**2 / (2 * (half_window / 2) ** 2))
+    gauss = torch.exp(-(distance**2) / (2 * (half_window / 2) ** 2))
     return torch.softmax(scores.masked_fill(~inside, float("-inf")), dim=-1) * gauss
 
 

@@ -289,8 +289,9 @@ def sdpa_using_torch_sdpa(q, k, v, mask=None):
 
 
 def sdpa_using_multihead_forward(q, k, v, mask=None):
-    return torch.nn.functional.multi_head_attention_forward(q, k, v, q.shape[-1], 1, None, None, None, None,
-                                                            False, 0.0, None, None)
+    return torch.nn.functional.multi_head_attention_forward(
+        q, k, v, q.shape[-1], 1, None, None, None, None, False, 0.0, None, None
+    )
 
 
 def sdpa_using_course_lib(q, k, v, mask=None):
@@ -476,8 +477,10 @@ def test_every_case_has_a_distinct_name_and_says_what_it_checks(name):
     assert all(c.checks for c in cases)
 
 
-@pytest.mark.parametrize("name, stub", [("softmax", softmax_stub), ("scaled_dot_product_attention", sdpa_stub),
-                                        ("self_attention", self_attention_stub)])
+@pytest.mark.parametrize(
+    "name, stub",
+    [("softmax", softmax_stub), ("scaled_dot_product_attention", sdpa_stub), ("self_attention", self_attention_stub)],
+)
 def test_stub_scores_zero_and_is_reported_as_not_implemented(name, stub):
     report = check(stub, name=name)
     assert report.status == "not implemented"

@@ -75,7 +75,7 @@ def split_heads_by_chunks(x, num_heads):
 
 def split_heads_by_slicing(x, num_heads):
     D = x.shape[-1] // num_heads
-    return torch.stack([x[:, :, h * D:(h + 1) * D] for h in range(num_heads)], dim=1)
+    return torch.stack([x[:, :, h * D : (h + 1) * D] for h in range(num_heads)], dim=1)
 
 
 def split_heads_in_numpy(x, num_heads):
@@ -265,7 +265,7 @@ def mha_averaging_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=N
 def mha_averaging_head_contributions(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
     D = heads.shape[-1]
-    parts = [heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads)]
+    parts = [heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads)]
     return torch.stack(parts).mean(dim=0), weights
 
 
@@ -288,14 +288,14 @@ def mha_without_w_o(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None)
 def mha_w_o_block_per_head(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
     D = heads.shape[-1]
-    projected = [heads[:, h] @ W_o[h * D:(h + 1) * D, h * D:(h + 1) * D] for h in range(num_heads)]
+    projected = [heads[:, h] @ W_o[h * D : (h + 1) * D, h * D : (h + 1) * D] for h in range(num_heads)]
     return torch.cat(projected, dim=-1), weights
 
 
 def mha_concatenating_projected_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
     D = heads.shape[-1]
-    return torch.cat([heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads)], dim=-1), weights
+    return torch.cat([heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads)], dim=-1), weights
 
 
 def mha_inverted_mask(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -415,8 +415,21 @@ def mha_using_torch_module(query, key, value, W_q, W_k, W_v, W_o, num_heads, mas
 def mha_using_multi_head_attention_forward(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     W = torch.cat([W_q, W_k, W_v], dim=1).T
     out, w = F.multi_head_attention_forward(
-        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), query.shape[-1], num_heads,
-        W, None, None, None, False, 0.0, W_o.T, None, average_attn_weights=False)
+        query.transpose(0, 1),
+        key.transpose(0, 1),
+        value.transpose(0, 1),
+        query.shape[-1],
+        num_heads,
+        W,
+        None,
+        None,
+        None,
+        False,
+        0.0,
+        W_o.T,
+        None,
+        average_attn_weights=False,
+    )
     return out.transpose(0, 1), w
 
 
@@ -454,7 +467,7 @@ def sum_form_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads
     D = heads.shape[-1]
     output = torch.zeros_like(query)
     for h in range(num_heads):
-        output = output + heads[:, h] @ W_o[h * D:(h + 1) * D, :]
+        output = output + heads[:, h] @ W_o[h * D : (h + 1) * D, :]
     return output
 
 
@@ -471,8 +484,9 @@ def sum_form_head_by_head(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask
     output = 0
     for h in range(num_heads):
         block = slice(h * D, (h + 1) * D)
-        head, _ = _attend(query @ W_q[:, block], key @ W_k[:, block], value @ W_v[:, block],
-                          None if m is None else m[:, h])
+        head, _ = _attend(
+            query @ W_q[:, block], key @ W_k[:, block], value @ W_v[:, block], None if m is None else m[:, h]
+        )
         output = output + head @ W_o[block]
     return output
 
@@ -491,13 +505,13 @@ def sum_form_stub(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
 def sum_form_unscaled(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, scale=1.0)
     D = heads.shape[-1]
-    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+    return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads))
 
 
 def sum_form_scaled_by_sqrt_d_model(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, scale=math.sqrt(query.shape[-1]))
     D = heads.shape[-1]
-    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+    return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads))
 
 
 def sum_form_w_o_columns(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -505,7 +519,7 @@ def sum_form_w_o_columns(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=
     D = heads.shape[-1]
     output = torch.zeros_like(query)
     for h in range(num_heads):
-        W_h = W_o[:, h * D:(h + 1) * D]  # (E, D): columns, as in Zhu et al.'s W_m, but of the wrong matrix side
+        W_h = W_o[:, h * D : (h + 1) * D]  # (E, D): columns, as in Zhu et al.'s W_m, but of the wrong matrix side
         output = output + (W_h @ heads[:, h].transpose(-2, -1)).transpose(-2, -1)
     return output
 
@@ -513,7 +527,7 @@ def sum_form_w_o_columns(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=
 def sum_form_averaging_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
     D = heads.shape[-1]
-    return torch.stack([heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads)]).mean(0)
+    return torch.stack([heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads)]).mean(0)
 
 
 def sum_form_without_w_o(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -522,8 +536,9 @@ def sum_form_without_w_o(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=
 
 
 def sum_form_inverted_mask(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
-    return sum_form_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads,
-                                       None if mask is None else ~mask)
+    return sum_form_as_in_the_notebook(
+        query, key, value, W_q, W_k, W_v, W_o, num_heads, None if mask is None else ~mask
+    )
 
 
 def sum_form_mask_after_softmax(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -532,13 +547,13 @@ def sum_form_mask_after_softmax(query, key, value, W_q, W_k, W_v, W_o, num_heads
     if mask is not None:
         weights = weights * mask
     heads, D = weights @ v, q.shape[-1]
-    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+    return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads))
 
 
 def sum_form_nan_for_fully_masked_rows(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, zero_empty_rows=False)
     D = heads.shape[-1]
-    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+    return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads))
 
 
 def sum_form_bare_view_split(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -548,7 +563,7 @@ def sum_form_bare_view_split(query, key, value, W_q, W_k, W_v, W_o, num_heads, m
     k = (key @ W_k).view(N, num_heads, S, D)
     v = (value @ W_v).view(N, num_heads, S, D)
     heads, _ = _attend(q, k, v, mask)
-    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+    return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads))
 
 
 def sum_form_interleaved_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -558,8 +573,9 @@ def sum_form_interleaved_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads,
     output = 0
     for h in range(num_heads):
         cols = slice(h, None, num_heads)  # every H-th column
-        head, _ = _attend(query @ W_q[:, cols], key @ W_k[:, cols], value @ W_v[:, cols],
-                          None if m is None else m[:, h])
+        head, _ = _attend(
+            query @ W_q[:, cols], key @ W_k[:, cols], value @ W_v[:, cols], None if m is None else m[:, h]
+        )
         output = output + head @ W_o[cols]
     return output
 
@@ -569,7 +585,7 @@ def sum_form_float32_accumulator(query, key, value, W_q, W_k, W_v, W_o, num_head
     N, H, L, D = heads.shape
     output = torch.zeros(N, L, H * D)
     for h in range(num_heads):
-        output += heads[:, h] @ W_o[h * D:(h + 1) * D]
+        output += heads[:, h] @ W_o[h * D : (h + 1) * D]
     return output
 
 
@@ -577,7 +593,7 @@ def sum_form_using_torch_sdpa(query, key, value, W_q, W_k, W_v, W_o, num_heads, 
     q, k, v = _split(query @ W_q, num_heads), _split(key @ W_k, num_heads), _split(value @ W_v, num_heads)
     heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     D = heads.shape[-1]
-    return sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads))
+    return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads))
 
 
 def sum_form_using_course_lib(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -587,7 +603,7 @@ def sum_form_using_course_lib(query, key, value, W_q, W_k, W_v, W_o, num_heads, 
 def sum_form_wrong_shape(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
     D = heads.shape[-1]
-    return torch.stack([heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(num_heads)], dim=1)
+    return torch.stack([heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads)], dim=1)
 
 
 def sum_form_returns_tuple(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -639,8 +655,10 @@ def test_the_reference_concatenation_form_passes_the_sum_form_exercise():
     assert report.status == "passed", str(report)
 
 
-@pytest.mark.parametrize("name, total", [("split_heads", 7), ("merge_heads", 7), ("multi_head_attention", 12),
-                                         ("multi_head_attention_sum_form", 10)])
+@pytest.mark.parametrize(
+    "name, total",
+    [("split_heads", 7), ("merge_heads", 7), ("multi_head_attention", 12), ("multi_head_attention_sum_form", 10)],
+)
 def test_points_per_function(name, total):
     ex = exercise(name)
     assert ex.max_score == total
@@ -666,9 +684,15 @@ def test_multi_head_attention_names_its_two_outputs():
     assert exercise("multi_head_attention").output_names == ("output", "weights")
 
 
-@pytest.mark.parametrize("name, stub", [("split_heads", split_heads_stub), ("merge_heads", merge_heads_stub),
-                                        ("multi_head_attention", mha_stub),
-                                        ("multi_head_attention_sum_form", sum_form_stub)])
+@pytest.mark.parametrize(
+    "name, stub",
+    [
+        ("split_heads", split_heads_stub),
+        ("merge_heads", merge_heads_stub),
+        ("multi_head_attention", mha_stub),
+        ("multi_head_attention_sum_form", sum_form_stub),
+    ],
+)
 def test_stub_scores_zero_and_is_reported_as_not_implemented(name, stub):
     report = check(stub, name=name)
     assert report.status == "not implemented"

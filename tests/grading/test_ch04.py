@@ -178,8 +178,9 @@ def rpm_numpy(offset, d_model):
 
 
 def _blocks(angles, sign=1.0):
-    return torch.block_diag(*[torch.tensor([[math.cos(a), -sign * math.sin(a)],
-                                            [sign * math.sin(a), math.cos(a)]]) for a in angles])
+    return torch.block_diag(
+        *[torch.tensor([[math.cos(a), -sign * math.sin(a)], [sign * math.sin(a), math.cos(a)]]) for a in angles]
+    )
 
 
 def rpm_transposed(offset, d_model):
@@ -273,8 +274,9 @@ def rpm_integer(offset, d_model):
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, fn", [(PE, course_lib.sinusoidal_positional_encoding),
-                                      (RPM, course_lib.relative_position_matrix)])
+@pytest.mark.parametrize(
+    "name, fn", [(PE, course_lib.sinusoidal_positional_encoding), (RPM, course_lib.relative_position_matrix)]
+)
 def test_the_reference_scores_full_marks(name, fn):
     report = check(fn, name=name)
     assert report.status == "passed", str(report)
@@ -380,13 +382,16 @@ def test_calling_the_reference_is_forbidden(name, fn):
     assert "reference implementation" in report.notes[0]
 
 
-@pytest.mark.parametrize("fn, fragment", [
-    (pe_crashes, "raised RuntimeError"),
-    (pe_nan, "NaN"),
-    (pe_list, "expected a single tensor"),
-    (pe_numpy_array, "expected a torch.Tensor"),
-    (pe_flat, "has shape"),
-])
+@pytest.mark.parametrize(
+    "fn, fragment",
+    [
+        (pe_crashes, "raised RuntimeError"),
+        (pe_nan, "NaN"),
+        (pe_list, "expected a single tensor"),
+        (pe_numpy_array, "expected a torch.Tensor"),
+        (pe_flat, "has shape"),
+    ],
+)
 def test_broken_encodings_fail_with_feedback(fn, fragment):
     report = check(fn, name=PE)
     assert report.status == "failed"
@@ -394,10 +399,13 @@ def test_broken_encodings_fail_with_feedback(fn, fragment):
     assert any(fragment in r.feedback for r in report.results), str(report)
 
 
-@pytest.mark.parametrize("fn, fragment", [
-    (rpm_wrong_shape, "has shape"),
-    (rpm_integer, "floating-point"),
-])
+@pytest.mark.parametrize(
+    "fn, fragment",
+    [
+        (rpm_wrong_shape, "has shape"),
+        (rpm_integer, "floating-point"),
+    ],
+)
 def test_broken_relative_matrices_fail_with_feedback(fn, fragment):
     report = check(fn, name=RPM)
     assert report.status == "failed"

@@ -380,15 +380,18 @@ def test_add_and_norm_inherits_a_wrong_layer_norm():
     assert check(add_and_norm).status == "failed"
 
 
-@pytest.mark.parametrize("name, fn, fragment", [
-    (LN, ln_functional, "torch.nn.functional.layer_norm"),
-    (LN, ln_module, "torch.nn.LayerNorm"),
-    (LN, ln_torch_layer_norm, "torch.layer_norm"),
-    (LN, ln_group_norm, "torch.nn.functional.group_norm"),
-    (LN, ln_reference, "reference implementation"),
-    (AN, an_functional, "torch.nn.functional.layer_norm"),
-    (AN, an_reference, "reference implementation"),
-])
+@pytest.mark.parametrize(
+    "name, fn, fragment",
+    [
+        (LN, ln_functional, "torch.nn.functional.layer_norm"),
+        (LN, ln_module, "torch.nn.LayerNorm"),
+        (LN, ln_torch_layer_norm, "torch.layer_norm"),
+        (LN, ln_group_norm, "torch.nn.functional.group_norm"),
+        (LN, ln_reference, "reference implementation"),
+        (AN, an_functional, "torch.nn.functional.layer_norm"),
+        (AN, an_reference, "reference implementation"),
+    ],
+)
 def test_forbidden_calls_are_reported(name, fn, fragment):
     report = check(fn, name=name)
     assert report.status == "forbidden"
@@ -396,14 +399,17 @@ def test_forbidden_calls_are_reported(name, fn, fragment):
     assert fragment in report.notes[0]
 
 
-@pytest.mark.parametrize("fn, fragment", [
-    (ln_crashes, "raised RuntimeError"),
-    (ln_nan, "NaN"),
-    (ln_keeps_dim_wrong, "raised RuntimeError"),
-    (ln_returns_tuple, "returned a tuple of 2 values, expected a single tensor"),
-    (ln_returns_numpy, "expected a torch.Tensor"),
-    (ln_reduced, "has shape"),
-])
+@pytest.mark.parametrize(
+    "fn, fragment",
+    [
+        (ln_crashes, "raised RuntimeError"),
+        (ln_nan, "NaN"),
+        (ln_keeps_dim_wrong, "raised RuntimeError"),
+        (ln_returns_tuple, "returned a tuple of 2 values, expected a single tensor"),
+        (ln_returns_numpy, "expected a torch.Tensor"),
+        (ln_reduced, "has shape"),
+    ],
+)
 def test_broken_layer_norms_fail_with_feedback(fn, fragment):
     report = check(fn, name=LN)
     assert report.status == "failed"

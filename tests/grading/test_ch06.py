@@ -89,15 +89,18 @@ def padding_mask_from_lengths(tokens, pad_id):
     return torch.arange(tokens.size(1)).expand_as(tokens) < lengths.unsqueeze(1)
 
 
-@pytest.mark.parametrize("fn, phrase", [
-    (padding_mask_inverted, "inverted"),
-    (padding_mask_compares_with_zero, "instead of pad_id"),
-    (padding_mask_with_query_dim, "(N, 1, S)"),
-    (padding_mask_with_head_and_query_dims, "(N, 1, 1, S)"),
-    (padding_mask_float, "float tensor"),
-    (padding_mask_int, "integer tensor"),
-    (padding_mask_from_lengths, "padding sits at the end"),
-])
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (padding_mask_inverted, "inverted"),
+        (padding_mask_compares_with_zero, "instead of pad_id"),
+        (padding_mask_with_query_dim, "(N, 1, S)"),
+        (padding_mask_with_head_and_query_dims, "(N, 1, 1, S)"),
+        (padding_mask_float, "float tensor"),
+        (padding_mask_int, "integer tensor"),
+        (padding_mask_from_lengths, "padding sits at the end"),
+    ],
+)
 def test_padding_mask_classic_mistakes_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name="padding_mask"), phrase)
 
@@ -174,15 +177,18 @@ def causal_mask_additive_large_negative(size, device=None):
     return torch.triu(torch.full((size, size), -1e9), diagonal=1)
 
 
-@pytest.mark.parametrize("fn, phrase", [
-    (causal_mask_off_by_one, "diagonal is left out"),
-    (causal_mask_transposed, "upper triangle"),
-    (causal_mask_inverted, "nn.MultiheadAttention"),
-    (causal_mask_float, "float tensor"),
-    (causal_mask_int, "integer tensor"),
-    (causal_mask_additive, "additive mask"),
-    (causal_mask_additive_large_negative, "large negative"),
-])
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (causal_mask_off_by_one, "diagonal is left out"),
+        (causal_mask_transposed, "upper triangle"),
+        (causal_mask_inverted, "nn.MultiheadAttention"),
+        (causal_mask_float, "float tensor"),
+        (causal_mask_int, "integer tensor"),
+        (causal_mask_additive, "additive mask"),
+        (causal_mask_additive_large_negative, "large negative"),
+    ],
+)
 def test_causal_mask_classic_mistakes_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name="causal_mask"), phrase)
 
@@ -206,10 +212,13 @@ def causal_mask_reference(size, device=None):
     return course_lib.causal_mask(size)
 
 
-@pytest.mark.parametrize("fn, phrase", [
-    (causal_mask_generate_square, "generate_square_subsequent_mask"),
-    (causal_mask_reference, "reference implementation"),
-])
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (causal_mask_generate_square, "generate_square_subsequent_mask"),
+        (causal_mask_reference, "reference implementation"),
+    ],
+)
 def test_causal_mask_forbidden_calls_are_reported(fn, phrase):
     report = check(fn, name="causal_mask")
     assert report.status == "forbidden" and report.score == 0
@@ -258,8 +267,9 @@ def position_wise_feed_forward_rows(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
     return torch.stack(out).reshape(*x.shape[:-1], W_2.shape[-1])  # (*, E_out)
 
 
-@pytest.mark.parametrize("fn", [position_wise_feed_forward_einsum, position_wise_feed_forward_linear,
-                                position_wise_feed_forward_rows])
+@pytest.mark.parametrize(
+    "fn", [position_wise_feed_forward_einsum, position_wise_feed_forward_linear, position_wise_feed_forward_rows]
+)
 def test_position_wise_feed_forward_alternative_correct_implementations_score_full_marks(fn):
     assert_full_marks(check(fn, name="position_wise_feed_forward"))
 
@@ -296,16 +306,19 @@ def position_wise_feed_forward_gelu(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
     return F.gelu(x @ W_1 + b_1) @ W_2 + b_2
 
 
-@pytest.mark.parametrize("fn, phrase", [
-    (position_wise_feed_forward_no_relu, "ReLU is missing"),
-    (position_wise_feed_forward_relu_last, "after the second linear map"),
-    (position_wise_feed_forward_no_biases, "both biases are missing"),
-    (position_wise_feed_forward_no_first_bias, "b_1 is missing"),
-    (position_wise_feed_forward_no_second_bias, "b_2 is missing"),
-    (position_wise_feed_forward_swapped_biases, "biases are swapped"),
-    (position_wise_feed_forward_nn_linear_convention, "transposed weights"),
-    (position_wise_feed_forward_gelu, "GELU"),
-])
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (position_wise_feed_forward_no_relu, "ReLU is missing"),
+        (position_wise_feed_forward_relu_last, "after the second linear map"),
+        (position_wise_feed_forward_no_biases, "both biases are missing"),
+        (position_wise_feed_forward_no_first_bias, "b_1 is missing"),
+        (position_wise_feed_forward_no_second_bias, "b_2 is missing"),
+        (position_wise_feed_forward_swapped_biases, "biases are swapped"),
+        (position_wise_feed_forward_nn_linear_convention, "transposed weights"),
+        (position_wise_feed_forward_gelu, "GELU"),
+    ],
+)
 def test_position_wise_feed_forward_classic_mistakes_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name="position_wise_feed_forward"), phrase)
 
@@ -388,14 +401,14 @@ def label_smoothing_loss_max_shift(logits, target, smoothing, ignore_index=-100)
     return per_row.sum() / keep.sum().clamp(min=1)  # 0 when every row is ignored
 
 
-@pytest.mark.parametrize("fn", [label_smoothing_loss_explicit_target, label_smoothing_loss_rows,
-                                label_smoothing_loss_max_shift])
+@pytest.mark.parametrize(
+    "fn", [label_smoothing_loss_explicit_target, label_smoothing_loss_rows, label_smoothing_loss_max_shift]
+)
 def test_label_smoothing_loss_alternative_correct_implementations_score_full_marks(fn):
     assert_full_marks(check(fn, name="label_smoothing_loss"))
 
 
-def _smoothed(logits, target, smoothing, ignore_index, q_true, q_other, reduce="mean", ignore=True,
-              log_p=None):
+def _smoothed(logits, target, smoothing, ignore_index, q_true, q_other, reduce="mean", ignore=True, log_p=None):
     if log_p is None:
         log_p = torch.log_softmax(logits, dim=-1)
     N, C = logits.shape
@@ -417,45 +430,59 @@ def label_smoothing_loss_plain_cross_entropy(logits, target, smoothing, ignore_i
 
 def label_smoothing_loss_sum(logits, target, smoothing, ignore_index=-100):
     C = logits.shape[-1]
-    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
-                     reduce="sum")
+    return _smoothed(
+        logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C, reduce="sum"
+    )
 
 
 def label_smoothing_loss_ignores_nothing(logits, target, smoothing, ignore_index=-100):
     C = logits.shape[-1]
-    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
-                     ignore=False)
+    return _smoothed(
+        logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C, ignore=False
+    )
 
 
 def label_smoothing_loss_divides_by_all_rows(logits, target, smoothing, ignore_index=-100):
     C = logits.shape[-1]
     keep = target != ignore_index
-    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
-                     reduce="sum") / len(keep)
+    return _smoothed(
+        logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C, reduce="sum"
+    ) / len(keep)
 
 
 def label_smoothing_loss_unstable(logits, target, smoothing, ignore_index=-100):
     C = logits.shape[-1]
     p = logits.exp() / logits.exp().sum(dim=-1, keepdim=True)
-    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
-                     log_p=p.log())
+    return _smoothed(
+        logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C, log_p=p.log()
+    )
 
 
 def label_smoothing_loss_log_softmax_of_softmax(logits, target, smoothing, ignore_index=-100):
     C = logits.shape[-1]
-    return _smoothed(logits, target, smoothing, ignore_index, 1 - smoothing + smoothing / C, smoothing / C,
-                     log_p=torch.softmax(logits, dim=-1).log())
+    return _smoothed(
+        logits,
+        target,
+        smoothing,
+        ignore_index,
+        1 - smoothing + smoothing / C,
+        smoothing / C,
+        log_p=torch.softmax(logits, dim=-1).log(),
+    )
 
 
-@pytest.mark.parametrize("fn, phrase", [
-    (label_smoothing_loss_over_other_classes, "C - 1"),
-    (label_smoothing_loss_plain_cross_entropy, "no smoothing"),
-    (label_smoothing_loss_sum, "sum over the rows"),
-    (label_smoothing_loss_ignores_nothing, "ignore_index are not left out"),
-    (label_smoothing_loss_divides_by_all_rows, "all N rows"),
-    (label_smoothing_loss_unstable, "unstable"),
-    (label_smoothing_loss_log_softmax_of_softmax, "log of the softmax"),
-])
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (label_smoothing_loss_over_other_classes, "C - 1"),
+        (label_smoothing_loss_plain_cross_entropy, "no smoothing"),
+        (label_smoothing_loss_sum, "sum over the rows"),
+        (label_smoothing_loss_ignores_nothing, "ignore_index are not left out"),
+        (label_smoothing_loss_divides_by_all_rows, "all N rows"),
+        (label_smoothing_loss_unstable, "unstable"),
+        (label_smoothing_loss_log_softmax_of_softmax, "log of the softmax"),
+    ],
+)
 def test_label_smoothing_loss_classic_mistakes_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name="label_smoothing_loss"), phrase)
 
@@ -478,15 +505,19 @@ def label_smoothing_loss_module(logits, target, smoothing, ignore_index=-100):
 def label_smoothing_loss_nll(logits, target, smoothing, ignore_index=-100):
     log_p = torch.log_softmax(logits, dim=-1)
     keep = target != ignore_index
-    return (1 - smoothing) * F.nll_loss(log_p, target, ignore_index=ignore_index) \
-        + smoothing * (-log_p.mean(-1))[keep].mean()
+    return (1 - smoothing) * F.nll_loss(log_p, target, ignore_index=ignore_index) + smoothing * (-log_p.mean(-1))[
+        keep
+    ].mean()
 
 
-@pytest.mark.parametrize("fn, phrase", [
-    (label_smoothing_loss_cross_entropy, "torch.nn.functional.cross_entropy"),
-    (label_smoothing_loss_module, "torch.nn.CrossEntropyLoss"),
-    (label_smoothing_loss_nll, "torch.nn.functional.nll_loss"),
-])
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (label_smoothing_loss_cross_entropy, "torch.nn.functional.cross_entropy"),
+        (label_smoothing_loss_module, "torch.nn.CrossEntropyLoss"),
+        (label_smoothing_loss_nll, "torch.nn.functional.nll_loss"),
+    ],
+)
 def test_label_smoothing_loss_forbidden_calls_are_reported(fn, phrase):
     report = check(fn, name="label_smoothing_loss")
     assert report.status == "forbidden" and report.score == 0

@@ -50,10 +50,18 @@ def honest(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-@pytest.mark.parametrize("fn,word", [(uses_torch_softmax, "torch.softmax"), (uses_F_softmax, "F.softmax"),
-                                     (uses_renamed_softmax, "renamed_softmax"), (uses_method_softmax, ".softmax()"),
-                                     (uses_getattr_softmax, "torch.softmax"), (uses_eval, "eval()"),
-                                     (uses_reference, "reference implementation")])
+@pytest.mark.parametrize(
+    "fn,word",
+    [
+        (uses_torch_softmax, "torch.softmax"),
+        (uses_F_softmax, "F.softmax"),
+        (uses_renamed_softmax, "renamed_softmax"),
+        (uses_method_softmax, ".softmax()"),
+        (uses_getattr_softmax, "torch.softmax"),
+        (uses_eval, "eval()"),
+        (uses_reference, "reference implementation"),
+    ],
+)
 def test_forbidden_calls_are_found_however_they_are_written(fn, word):
     notes = violations_in_function(fn, RULES)
     assert notes and word in notes[0]
@@ -126,14 +134,17 @@ def test_arguments_are_fresh_copies_so_in_place_changes_do_not_leak():
     assert torch.equal(x, torch.ones(3))
 
 
-@pytest.mark.parametrize("actual,expected,phrase", [
-    (torch.zeros(2, 3), torch.zeros(3, 2), "shape (2, 3), expected (3, 2)"),
-    (torch.full((2,), float("nan")), torch.zeros(2), "NaN"),
-    (torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.bool), "torch.bool"),
-    (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]), "1 of 2 entries"),
-    ((torch.zeros(1),), (torch.zeros(1), torch.zeros(1)), "tuple of 1"),
-    (torch.zeros(1), (torch.zeros(1), torch.zeros(1)), "single value"),
-])
+@pytest.mark.parametrize(
+    "actual,expected,phrase",
+    [
+        (torch.zeros(2, 3), torch.zeros(3, 2), "shape (2, 3), expected (3, 2)"),
+        (torch.full((2,), float("nan")), torch.zeros(2), "NaN"),
+        (torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.bool), "torch.bool"),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]), "1 of 2 entries"),
+        ((torch.zeros(1),), (torch.zeros(1), torch.zeros(1)), "tuple of 1"),
+        (torch.zeros(1), (torch.zeros(1), torch.zeros(1)), "single value"),
+    ],
+)
 def test_compare_says_what_differs(actual, expected, phrase):
     assert phrase in compare(actual, expected)
 
@@ -173,7 +184,10 @@ def imports_inside_the_body(x, dim=-1):
 
 def test_an_import_inside_the_function_body_is_resolved_too():
     assert "reference implementation" in violations_in_function(imports_inside_the_body, RULES)[0]
-    assert "reference implementation" in violations_in_source(Path(__file__).read_text(), "imports_inside_the_body", RULES)[0]
+    assert (
+        "reference implementation"
+        in violations_in_source(Path(__file__).read_text(), "imports_inside_the_body", RULES)[0]
+    )
 
 
 # -- the ways of hiding a forbidden call, seen by check() in a notebook ------------
@@ -227,12 +241,19 @@ def through_torch_ops(x, dim=-1):
     return torch.ops.aten._softmax(x, dim, False)
 
 
-@pytest.mark.parametrize("fn, phrase", [
-    (hidden_by_alias, "torch.softmax"), (hidden_in_a_helper, "torch.nn.functional.softmax"),
-    (hidden_in_a_lambda, "torch.softmax"), (hidden_by_a_built_name, "getattr() with a computed name"),
-    (hidden_in_an_object, ".softmax()"), (hidden_in_a_table_filled_at_run_time, "torch.softmax"),
-    (through_torch_ops, "torch.ops"),
-], ids=lambda v: getattr(v, "__name__", None) if callable(v) else None)
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (hidden_by_alias, "torch.softmax"),
+        (hidden_in_a_helper, "torch.nn.functional.softmax"),
+        (hidden_in_a_lambda, "torch.softmax"),
+        (hidden_by_a_built_name, "getattr() with a computed name"),
+        (hidden_in_an_object, ".softmax()"),
+        (hidden_in_a_table_filled_at_run_time, "torch.softmax"),
+        (through_torch_ops, "torch.ops"),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
+)
 def test_check_finds_a_forbidden_call_however_it_is_hidden(fn, phrase):
     report = check(fn, name="softmax")
     assert report.status == "forbidden" and report.score == 0
@@ -252,8 +273,14 @@ def test_the_runtime_layer_sees_an_operator_reached_past_torch_functions():
 def test_static_scan_reads_every_cell_on_its_own_and_fails_closed():
     from course_lib.grading.forbidden import NotebookScan
 
-    scan = NotebookScan(["import torch", "def broken(:\n    pass", "x = '\ud800'",
-                         "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"])
+    scan = NotebookScan(
+        [
+            "import torch",
+            "def broken(:\n    pass",
+            "x = '\ud800'",
+            "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)",
+        ]
+    )
     assert [p.split(":")[0] for p in scan.problems] == ["cell 2", "cell 3"]
     assert scan.runnable_sources()[1:3] == ["", ""]  # what cannot be read is not run either
     assert scan.violations("softmax", RULES)
@@ -262,9 +289,15 @@ def test_static_scan_reads_every_cell_on_its_own_and_fails_closed():
 def test_introspection_anywhere_in_a_notebook_is_held_for_review():
     from course_lib.grading.forbidden import NotebookScan
 
-    for code in ("import ctypes\nctypes.string_at(0, 1)", "import sys\nf = sys._getframe()",
-                 "import gc\nobjs = gc.get_objects()", "def f():\n    pass\nf.__globals__",
-                 "import torch\ntorch._C._set_grad_enabled", "exec('1')", "__import__('ctypes')"):
+    for code in (
+        "import ctypes\nctypes.string_at(0, 1)",
+        "import sys\nf = sys._getframe()",
+        "import gc\nobjs = gc.get_objects()",
+        "def f():\n    pass\nf.__globals__",
+        "import torch\ntorch._C._set_grad_enabled",
+        "exec('1')",
+        "__import__('ctypes')",
+    ):
         assert NotebookScan(["import torch", code]).review_flags(), code
     honest = NotebookScan(["import gc, torch\ngc.collect()", "def softmax(x, dim=-1):\n    return x.exp()"])
     assert honest.review_flags() == []

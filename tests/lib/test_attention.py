@@ -118,7 +118,9 @@ def test_sdpa_broadcasts_batch_dims_between_queries_and_keys():
     k, v = torch.randn(1, 5, 6, 4), torch.randn(1, 5, 6, 2)
     out, weights = scaled_dot_product_attention(q, k, v)
     assert out.shape == (2, 5, 3, 2) and weights.shape == (2, 5, 3, 6)
-    ref_out, ref_weights = scaled_dot_product_attention(q.expand(2, 5, 3, 4), k.expand(2, 5, 6, 4), v.expand(2, 5, 6, 2))
+    ref_out, ref_weights = scaled_dot_product_attention(
+        q.expand(2, 5, 3, 4), k.expand(2, 5, 6, 4), v.expand(2, 5, 6, 2)
+    )
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(weights, ref_weights)
 

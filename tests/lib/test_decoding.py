@@ -15,8 +15,16 @@ from course_lib.tasks import BOS, EOS, PAD, get_task
 
 def transformer(norm_first=True, seed=0, **kwargs):
     torch.manual_seed(seed)
-    cfg = dict(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
-               dropout=0.0, norm_first=norm_first, max_len=300)
+    cfg = dict(
+        d_model=32,
+        nhead=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=64,
+        dropout=0.0,
+        norm_first=norm_first,
+        max_len=300,
+    )
     return build_model("transformer", 13, 13, **{**cfg, **kwargs}).eval()
 
 
@@ -146,7 +154,9 @@ def test_beam_search_never_finds_a_less_likely_output_than_greedy(name, beam_siz
         row, compared = row[: row.index(EOS) + 1], compared + 1
         beam = beam_search(model, src[i : i + 1], beam_size=beam_size, max_len=11, alpha=0.0)
         with torch.no_grad():
-            assert sequence_log_prob(model, src[i : i + 1], beam) >= sequence_log_prob(model, src[i : i + 1], row) - 1e-5
+            assert (
+                sequence_log_prob(model, src[i : i + 1], beam) >= sequence_log_prob(model, src[i : i + 1], row) - 1e-5
+            )
     assert compared > 0
 
 
@@ -172,8 +182,13 @@ class _Table(torch.nn.Module):
 
 def test_beam_search_finds_a_better_sequence_than_greedy():
     # Greedy takes 3 (p=0.6) and then can only end badly; beam search finds 4, 4, <eos>.
-    table = {(BOS,): {3: 0.6, 4: 0.4}, (BOS, 3): {3: 0.34, 4: 0.33, EOS: 0.33},
-             (BOS, 4): {4: 1.0}, (BOS, 4, 4): {EOS: 1.0}, (BOS, 3, 3): {EOS: 0.5, 3: 0.5}}
+    table = {
+        (BOS,): {3: 0.6, 4: 0.4},
+        (BOS, 3): {3: 0.34, 4: 0.33, EOS: 0.33},
+        (BOS, 4): {4: 1.0},
+        (BOS, 4, 4): {EOS: 1.0},
+        (BOS, 3, 3): {EOS: 0.5, 3: 0.5},
+    }
     model, src = _Table(table), torch.zeros(1, 1, dtype=torch.long)
     assert greedy_decode(model, src, max_len=5)[0].tolist()[:2] == [3, 3]
     assert beam_search(model, src, beam_size=2, max_len=5, alpha=0.0) == [4, 4, EOS]
@@ -183,8 +198,12 @@ def test_length_normalisation_can_prefer_a_longer_output():
     # [<eos>] has p = 0.3; [3, 3, 3, <eos>] has p = 0.25 overall but 0.25 ** (1/4) per token.
     # Unknown prefixes continue uniformly over the 5 tokens, so no other output comes close.
     uniform = {t: 0.2 for t in range(5)}
-    table = {(BOS,): {EOS: 0.3, 3: 0.25, 4: 0.25, 0: 0.2}, (BOS, 3): {3: 1.0}, (BOS, 3, 3): {3: 1.0},
-             (BOS, 3, 3, 3): {EOS: 1.0}}
+    table = {
+        (BOS,): {EOS: 0.3, 3: 0.25, 4: 0.25, 0: 0.2},
+        (BOS, 3): {3: 1.0},
+        (BOS, 3, 3): {3: 1.0},
+        (BOS, 3, 3, 3): {EOS: 1.0},
+    }
     model, src = _Table(table, default=uniform), torch.zeros(1, 1, dtype=torch.long)
     assert beam_search(model, src, beam_size=3, max_len=8, alpha=0.0) == [EOS]
     assert beam_search(model, src, beam_size=3, max_len=8, alpha=1.0) == [3, 3, 3, EOS]

@@ -398,8 +398,9 @@ def test_sliding_window_never_multiplies_an_L_by_S_matrix():
 
 @settings(max_examples=60)
 @given(**WINDOW_CASES)
-def test_sliding_window_without_weights_gives_the_same_output_and_none(seed, batch, l, s, d, dv, window, causal,
-                                                                       density):
+def test_sliding_window_without_weights_gives_the_same_output_and_none(
+    seed, batch, l, s, d, dv, window, causal, density
+):
     q, k, v, mask = window_inputs(seed, batch, l, s, d, dv, density)
     out, weights = sliding_window_attention(q, k, v, window, causal, mask, return_weights=False)
     assert weights is None
@@ -481,7 +482,10 @@ def test_bench_memory_runs_each_variant_in_a_subprocess_and_prints_the_table():
     """Not a timed test: the script must run and print positive numbers for every variant."""
     result = subprocess.run(
         [sys.executable, "-m", "course_lib.memory", "--size", "256"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
     number = r"(\d+\.\d+) MiB"

@@ -105,7 +105,9 @@ def test_layer_norm_gradient_is_correct_by_finite_differences():
     shift=st.floats(-100, 100),
     scale=st.floats(0.5, 20),
 )
-def test_layer_norm_with_unit_gain_gives_zero_mean_unit_variance_and_ignores_shift_and_scale(seed, rows, E, shift, scale):
+def test_layer_norm_with_unit_gain_gives_zero_mean_unit_variance_and_ignores_shift_and_scale(
+    seed, rows, E, shift, scale
+):
     x = torch.randn(rows, E, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     ones, zeros = torch.ones(E, dtype=torch.float64), torch.zeros(E, dtype=torch.float64)
     out = layer_norm(x, ones, zeros, eps=0.0)

@@ -101,7 +101,9 @@ def test_feed_forward_matches_linear_relu_linear_with_copied_weights(shape):
     net = torch_ffn(6, 24)
     x = torch.randn(*shape)
     lin1, lin2 = net[0], net[2]
-    out = position_wise_feed_forward(x, lin1.weight.detach().T, lin1.bias.detach(), lin2.weight.detach().T, lin2.bias.detach())
+    out = position_wise_feed_forward(
+        x, lin1.weight.detach().T, lin1.bias.detach(), lin2.weight.detach().T, lin2.bias.detach()
+    )
     with torch.no_grad():
         torch.testing.assert_close(out, net(x))
 
@@ -131,7 +133,12 @@ def test_feed_forward_matches_the_formula_max_0_xw1_plus_b1_w2_plus_b2():
 def test_feed_forward_acts_on_each_position_alone(seed, n, L):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, L, 4, generator=g)
-    params = (torch.randn(4, 8, generator=g), torch.randn(8, generator=g), torch.randn(8, 4, generator=g), torch.randn(4, generator=g))
+    params = (
+        torch.randn(4, 8, generator=g),
+        torch.randn(8, generator=g),
+        torch.randn(8, 4, generator=g),
+        torch.randn(4, generator=g),
+    )
     perm = torch.randperm(L, generator=g)
     out = position_wise_feed_forward(x, *params)
     torch.testing.assert_close(position_wise_feed_forward(x[:, perm], *params), out[:, perm])

@@ -89,7 +89,9 @@ def test_split_heads_does_not_mix_tokens_between_heads():
 
 
 @settings(max_examples=40)
-@given(n=st.integers(1, 3), l=st.integers(1, 5), h=st.integers(1, 4), d=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+@given(
+    n=st.integers(1, 3), l=st.integers(1, 5), h=st.integers(1, 4), d=st.integers(1, 4), seed=st.integers(0, 2**31 - 1)
+)
 def test_merge_heads_inverts_split_heads_and_vice_versa(n, l, h, d, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, l, h * d, generator=g)
@@ -235,7 +237,13 @@ def test_sum_form_equals_concatenation_form(seed, n, l, s, h, d, use_mask):
 
 
 @settings(max_examples=30)
-@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 3), l=st.integers(1, 5), s=st.integers(1, 6), h=st.sampled_from([1, 2, 3]))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n=st.integers(1, 3),
+    l=st.integers(1, 5),
+    s=st.integers(1, 6),
+    h=st.sampled_from([1, 2, 3]),
+)
 def test_multi_head_attention_weight_rows_sum_to_one_wherever_any_key_is_allowed(seed, n, l, s, h):
     g = torch.Generator().manual_seed(seed)
     E = 2 * h
@@ -249,7 +257,9 @@ def test_multi_head_attention_weight_rows_sum_to_one_wherever_any_key_is_allowed
 
 
 @settings(max_examples=30)
-@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 3), T=st.integers(2, 6), h=st.sampled_from([1, 2]), data=st.data())
+@given(
+    seed=st.integers(0, 2**31 - 1), n=st.integers(1, 3), T=st.integers(2, 6), h=st.sampled_from([1, 2]), data=st.data()
+)
 def test_multi_head_attention_causal_output_at_t_ignores_later_tokens(seed, n, T, h, data):
     t = data.draw(st.integers(0, T - 2))
     g = torch.Generator().manual_seed(seed)
@@ -372,8 +382,9 @@ def test_module_in_eval_mode_ignores_dropout():
     out1, _ = ours(x, x, x)
     out2, _ = ours(x, x, x)
     torch.testing.assert_close(out1, out2)
-    ref, _ = multi_head_attention(x, x, x, ours.W_q, ours.W_k, ours.W_v, ours.W_o, 2,
-                                  b_q=ours.b_q, b_k=ours.b_k, b_v=ours.b_v, b_o=ours.b_o)
+    ref, _ = multi_head_attention(
+        x, x, x, ours.W_q, ours.W_k, ours.W_v, ours.W_o, 2, b_q=ours.b_q, b_k=ours.b_k, b_v=ours.b_v, b_o=ours.b_o
+    )
     torch.testing.assert_close(out1, ref)
 
 

@@ -57,8 +57,17 @@ def test_graded_function_list_matches_the_contract():
 
 
 @pytest.mark.parametrize(
-    "name", ["MultiHeadAttention", "LayerNorm", "SinusoidalPositionalEncoding", "PositionwiseFeedForward",
-             "EncoderLayer", "DecoderLayer", "Transformer", "Seq2SeqAttention"],
+    "name",
+    [
+        "MultiHeadAttention",
+        "LayerNorm",
+        "SinusoidalPositionalEncoding",
+        "PositionwiseFeedForward",
+        "EncoderLayer",
+        "DecoderLayer",
+        "Transformer",
+        "Seq2SeqAttention",
+    ],
 )
 def test_modules_are_importable(name):
     assert inspect.isclass(getattr(course_lib, name))
@@ -80,7 +89,9 @@ def test_api_subcommand_prints_every_graded_function():
 
 
 def test_unknown_subcommand_fails_with_usage():
-    result = subprocess.run([sys.executable, "-m", "course_lib", "nonsense"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "course_lib", "nonsense"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2
     assert "invalid choice" in result.stderr
 

@@ -86,7 +86,9 @@ def test_attention_pool_masked_values_do_not_change_the_context():
     changed = values.clone()
     changed[~mask] = 1e3 * torch.randn(int((~mask).sum()), 3)
     changed_scores = scores.masked_fill(~mask, 50.0)
-    torch.testing.assert_close(attention_pool(changed_scores, changed, mask)[0], attention_pool(scores, values, mask)[0])
+    torch.testing.assert_close(
+        attention_pool(changed_scores, changed, mask)[0], attention_pool(scores, values, mask)[0]
+    )
 
 
 def test_attention_pool_fully_masked_row_gives_zero_weights_and_zero_context():

@@ -128,7 +128,10 @@ def test_cosine_score_float64_matches_torch():
 )
 def test_cosine_score_lies_in_minus_one_one_and_ignores_vector_lengths(seed, n, s, d, scale_q, scale_k):
     g = torch.Generator().manual_seed(seed)
-    query, keys = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(n, s, d, generator=g, dtype=torch.float64)
+    query, keys = (
+        torch.randn(n, d, generator=g, dtype=torch.float64),
+        torch.randn(n, s, d, generator=g, dtype=torch.float64),
+    )
     base = cosine_score(query, keys)
     assert (base.abs() <= 1 + 1e-12).all()
     torch.testing.assert_close(cosine_score(scale_q * query, scale_k * keys), base)

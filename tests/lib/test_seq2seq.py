@@ -20,8 +20,10 @@ VARIANTS = [
     pytest.param(dict(attention="luong", score="concat"), id="luong-concat"),
     pytest.param(dict(attention="luong", score="general", local="monotonic"), id="luong-local-monotonic"),
     pytest.param(dict(attention="luong", score="dot", local="predictive"), id="luong-local-predictive"),
-    pytest.param(dict(attention="luong", score="general", local="monotonic", monotonic_gaussian=True),
-                 id="luong-local-monotonic-gaussian"),
+    pytest.param(
+        dict(attention="luong", score="general", local="monotonic", monotonic_gaussian=True),
+        id="luong-local-monotonic-gaussian",
+    ),
     pytest.param(dict(attention="bahdanau", fixed_context=True), id="no-attention-fixed-context"),
 ]
 ATTENDING = [v for v in VARIANTS if not v.values[0].get("fixed_context")]
@@ -242,7 +244,7 @@ def test_local_p_weights_keep_the_gaussian_around_the_predicted_centre():
     src, tgt_in, keep = batch(lengths=(9, 6, 3), S=9, T=6)
     lengths = keep.sum(-1).float()
     with torch.no_grad():
-        for t, h, w, enc in _luong_steps(model, src, tgt_in, keep):
+        for _t, h, w, enc in _luong_steps(model, src, tgt_in, keep):
             scores = torch.einsum("nd,nsd->ns", h, enc.memory)
             center = lengths * torch.sigmoid(model.v_p(torch.tanh(model.W_p(h)))).squeeze(-1)  # eq. 9
             expected = _naive_window_softmax(scores, keep, center, HALF_WINDOW, gaussian=True)  # eq. 10

@@ -34,8 +34,9 @@ def test_splits_are_disjoint_by_source(name):
     assert not sources["validation"] & sources["test"]
 
 
-@pytest.mark.parametrize("name,relation", [("reverse", lambda s: s[::-1]), ("copy", list),
-                                           ("sort", lambda s: sorted(s, key=int))])
+@pytest.mark.parametrize(
+    "name,relation", [("reverse", lambda s: s[::-1]), ("copy", list), ("sort", lambda s: sorted(s, key=int))]
+)
 def test_sequence_task_targets(name, relation):
     task = get_task(name, vocab_size=12, min_len=1, max_len=16)
     lengths = set()

@@ -11,8 +11,16 @@ import pytest
 import torch
 
 from course_lib.decoding import greedy_decode
-from course_lib.training import (_DEFAULTS, _lr_factor, benchmark, cache_key, default_config, evaluate,
-                                 load_checkpoint, train)
+from course_lib.training import (
+    _DEFAULTS,
+    _lr_factor,
+    benchmark,
+    cache_key,
+    default_config,
+    evaluate,
+    load_checkpoint,
+    train,
+)
 
 TINY = dict(steps=6, batch_size=16, warmup=2)
 
@@ -20,8 +28,9 @@ TINY = dict(steps=6, batch_size=16, warmup=2)
 def tiny(task="reverse", model="transformer", seed=0, **kw):
     config = default_config(task, model, seed=seed, **{**TINY, **kw})
     if model == "transformer":
-        config.model_kwargs = dict(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
-                                   dim_feedforward=32, dropout=0.1, max_len=40)
+        config.model_kwargs = dict(
+            d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, dropout=0.1, max_len=40
+        )
     else:
         config.model_kwargs = dict(embed_dim=8, hidden_dim=16)
     return config
@@ -33,7 +42,7 @@ def test_same_seed_gives_same_weights_and_metrics(model, monkeypatch):
     a_model, _, a = train(tiny(model=model), progress=False)
     b_model, _, b = train(tiny(model=model), progress=False)
     assert a["final_loss"] == b["final_loss"] and a["test_exact_accuracy"] == b["test_exact_accuracy"]
-    for (name, p), q in zip(a_model.state_dict().items(), b_model.state_dict().values()):
+    for (name, p), q in zip(a_model.state_dict().items(), b_model.state_dict().values(), strict=False):
         assert torch.equal(p, q), name
     c_model, _, c = train(tiny(model=model, seed=1), progress=False)
     assert c["final_loss"] != a["final_loss"]
@@ -65,11 +74,12 @@ def test_cache_dir_trains_once_then_loads_the_same_model(tmp_path, monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr("course_lib.training._train", no_training)
-        again, again_task, again_metrics = train(config, progress=False, cache_dir=tmp_path,
-                                                 out=tmp_path / "copy" / "m.pt")
+        again, again_task, again_metrics = train(
+            config, progress=False, cache_dir=tmp_path, out=tmp_path / "copy" / "m.pt"
+        )
     assert again_metrics == metrics and again_task.name == task.name and not again.training
     assert model.state_dict().keys() == again.state_dict().keys()
-    for (name, p), q in zip(model.state_dict().items(), again.state_dict().values()):
+    for (name, p), q in zip(model.state_dict().items(), again.state_dict().values(), strict=False):
         assert torch.equal(p, q), name
     assert load_checkpoint(tmp_path / "copy" / "m.pt")[2]["metrics"] == metrics  # out= is still written
 
@@ -132,7 +142,7 @@ def test_evaluate_counts_exact_matches_only():
 def test_learning_rate_warms_up_then_decays_to_zero():
     factors = [_lr_factor(s, warmup=10, total=100) for s in range(100)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(factors[9:], factors[10:]))
+    assert all(a >= b for a, b in zip(factors[9:], factors[10:], strict=False))
     assert factors[-1] < 0.001
 
 
@@ -145,8 +155,9 @@ def test_default_config_copies_the_defaults():
 
 def test_benchmark_returns_the_numbers_make_bench_prints():
     tiny_model = tiny().model_kwargs
-    result = benchmark("reverse", "transformer", n=30, threads=1, steps=4, batch_size=8, warmup=2,
-                       model_kwargs=tiny_model)
+    result = benchmark(
+        "reverse", "transformer", n=30, threads=1, steps=4, batch_size=8, warmup=2, model_kwargs=tiny_model
+    )
     assert result["steps"] == 4 and result["threads"] == 1 and result["batch_size"] == 8
     assert result["train_seconds"] > 0 and result["train_cpu_seconds"] > 0 and len(result["load_average"]) == 2
     for key in ("test_exact_accuracy", "fresh_exact_accuracy"):

@@ -184,7 +184,9 @@ def test_one_dimensional_src_mask_accepted_by_the_check_is_broadcast_or_rejected
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_encoder_layer_load_torch_matches_transformer_encoder_layer(norm_first):
-    layer = randomize_(nn.TransformerEncoderLayer(D_MODEL, NHEAD, FF, dropout=0.1, batch_first=True, norm_first=norm_first)).eval()
+    layer = randomize_(
+        nn.TransformerEncoderLayer(D_MODEL, NHEAD, FF, dropout=0.1, batch_first=True, norm_first=norm_first)
+    ).eval()
     ours = EncoderLayer(D_MODEL, NHEAD, FF, norm_first=norm_first).load_torch_(layer).eval()
     src, _, keep, _ = inputs()
     with torch.no_grad():
@@ -197,7 +199,9 @@ def test_encoder_layer_load_torch_matches_transformer_encoder_layer(norm_first):
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_decoder_layer_load_torch_matches_transformer_decoder_layer(norm_first):
-    layer = randomize_(nn.TransformerDecoderLayer(D_MODEL, NHEAD, FF, dropout=0.1, batch_first=True, norm_first=norm_first)).eval()
+    layer = randomize_(
+        nn.TransformerDecoderLayer(D_MODEL, NHEAD, FF, dropout=0.1, batch_first=True, norm_first=norm_first)
+    ).eval()
     ours = DecoderLayer(D_MODEL, NHEAD, FF, norm_first=norm_first).load_torch_(layer).eval()
     memory, tgt, src_keep, tgt_keep = inputs()
     L = tgt.shape[1]

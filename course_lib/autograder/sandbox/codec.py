@@ -19,8 +19,23 @@ from ...grading.core import Call
 from .worker.protocol import MAX_DEPTH, MAX_ITEMS, RESULT_TAGS, CodecError, Header, decode_tree, float_node, tensor_node
 
 MAX_DECODED_BYTES = 64 << 20  # all arrays of one submission together, once decoded
-_NPY_DTYPES = {np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                                     "uint64", "float16", "float32", "float64")}
+_NPY_DTYPES = {
+    np.dtype(t)
+    for t in (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+    )
+}
 
 
 class BadResult(Exception):
@@ -52,15 +67,21 @@ def encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> Header:
         return {"t": "str", "v": v}
     if type(v) in (tuple, list):
         return {"t": type(v).__name__, "items": [encode_arg(a, blobs, depth + 1) for a in v]}
-    raise TypeError("call arguments must be tensors, numbers, strings, None or tuples of those, "
-                    f"not {type(v).__name__}")
+    raise TypeError(
+        f"call arguments must be tensors, numbers, strings, None or tuples of those, not {type(v).__name__}"
+    )
 
 
 def encode_call(i: int, name: str, call: Call) -> tuple[Header, list[bytes]]:
     """The request frame of call number ``i`` (of function ``name``)."""
     blobs: list[bytes] = []
-    header = {"t": "call", "id": i, "fn": name, "args": [encode_arg(a, blobs) for a in call.args],
-              "kwargs": [[str(k), encode_arg(v, blobs)] for k, v in call.kwargs.items()]}
+    header = {
+        "t": "call",
+        "id": i,
+        "fn": name,
+        "args": [encode_arg(a, blobs) for a in call.args],
+        "kwargs": [[str(k), encode_arg(v, blobs)] for k, v in call.kwargs.items()],
+    }
     return header, blobs
 
 

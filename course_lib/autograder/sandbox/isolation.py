@@ -105,12 +105,28 @@ def allowlist(hide: list[str]) -> list[list[str]]:
             spec.append(["symlink", os.readlink(d), d])
         elif os.path.isdir(d):
             roots.append(d)
-    for p in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/nsswitch.conf",
-              "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/fonts", "/etc/mime.types"):
+    for p in (
+        "/etc/ld.so.cache",
+        "/etc/ld.so.conf",
+        "/etc/ld.so.conf.d",
+        "/etc/localtime",
+        "/etc/nsswitch.conf",
+        "/etc/passwd",
+        "/etc/group",
+        "/etc/hosts",
+        "/etc/fonts",
+        "/etc/mime.types",
+    ):
         if os.path.exists(p):
             roots.append(p)
-    py = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
-          os.path.dirname(os.path.realpath(sys.executable)), *_site_dirs()]
+    py = [
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        sys.prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *_site_dirs(),
+    ]
     roots += [os.path.normpath(p) for p in py if p and os.path.exists(p)]
     kept: list[str] = []
     for p in sorted(set(roots), key=len):
@@ -136,10 +152,22 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
     holds it (``/sandbox`` under bubblewrap, where it is bound read-only at ``/sandbox/worker``)."""
     # The sandbox's writable folder is SCRATCH, not /tmp: the course's own files (the venv) may
     # live under /tmp (a CI checkout), and a tmpfs on /tmp would hide them.
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8",
-           "LC_ALL": "C.UTF-8", "MPLBACKEND": "Agg", "MPLCONFIGDIR": SCRATCH + "/matplotlib", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "MALLOC_ARENA_MAX": "2"}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": SCRATCH,
+        "TMPDIR": SCRATCH,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": SCRATCH + "/matplotlib",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "MALLOC_ARENA_MAX": "2",
+    }
     py = [sys.executable, "-S", "-s", "-B", *(["-P"] if sys.version_info >= (3, 11) else []), "-c", BOOTSTRAP]
     args = ["--isolation", isolation]
     for d in _site_dirs():
@@ -148,10 +176,28 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
         args.append("--probe")
     tmp = None
     if isolation == "bubblewrap":
-        cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-               "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
-               "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETUID",
-               "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
+        cmd = [
+            "bwrap",
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SYS_ADMIN",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--cap-add",
+            "CAP_KILL",
+        ]
         spec = allowlist(hide)
         parents: list[str] = ["/sandbox"]
         for item in spec:  # bwrap would make missing parent folders 0700: unreadable after the uid drop
@@ -173,9 +219,25 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
                 cmd += ["--dev", item[1]]
             elif item[0] == "proc":
                 cmd += ["--proc", item[1]]
-        cmd += ["--tmpfs", SCRATCH, "--ro-bind", str(WORKER), "/sandbox/worker",
-                "--ro-bind", str(OPWATCH), "/sandbox/opwatch.py", "--remount-ro", "/",
-                "--chdir", SCRATCH, *py, "/sandbox", *args, "--opwatch", "/sandbox/opwatch.py"]
+        cmd += [
+            "--tmpfs",
+            SCRATCH,
+            "--ro-bind",
+            str(WORKER),
+            "/sandbox/worker",
+            "--ro-bind",
+            str(OPWATCH),
+            "/sandbox/opwatch.py",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            SCRATCH,
+            *py,
+            "/sandbox",
+            *args,
+            "--opwatch",
+            "/sandbox/opwatch.py",
+        ]
     elif isolation == "namespaces":
         cmd = [*py, str(WORKER.parent), *args, "--opwatch", str(OPWATCH), "--root", json.dumps(allowlist(hide))]
     elif isolation == "none":
@@ -235,8 +297,16 @@ class Spawner:
         return self.call(lambda: subprocess.Popen(cmd, **kw))
 
     def run(self, cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-        proc = self.popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True, cwd="/")
+        proc = self.popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            cwd="/",
+        )
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -72,8 +72,8 @@ from .worker import protocol
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable"]
 
 BASE_UID = 60000
-_READY_SECONDS = 180.0       # a cold start imports torch; a loaded machine can be slow
-_WATCHDOG_GRACE = 30.0       # the supervisor enforces the limit; this only catches a stuck worker
+_READY_SECONDS = 180.0  # a cold start imports torch; a loaded machine can be slow
+_WATCHDOG_GRACE = 30.0  # the supervisor enforces the limit; this only catches a stuck worker
 _CGROUP_HEADROOM = 128 << 20  # the job's supervisor and the copy-on-write pages of a fork
 
 
@@ -87,10 +87,10 @@ class Limits:
 
     call_seconds: float = CALL_TIME_LIMIT  # one call of a student function (CPU time; wall-clock backstop 5x)
     submission_seconds: float = 60.0  # whole submission (cells + all calls), wall clock
-    memory_mb: int = 1024             # all the submission's processes together (cgroup), and each (rlimit)
-    processes: int = 32               # max processes/threads for the sandboxed uid
-    output_bytes: int = 1_000_000     # stdout+stderr kept / file size limit
-    scratch_mb: int = 64              # size of the writable scratch tmpfs
+    memory_mb: int = 1024  # all the submission's processes together (cgroup), and each (rlimit)
+    processes: int = 32  # max processes/threads for the sandboxed uid
+    output_bytes: int = 1_000_000  # stdout+stderr kept / file size limit
+    scratch_mb: int = 64  # size of the writable scratch tmpfs
     cell_seconds: float | None = None  # one cell, wall clock; None: half the submission limit
 
 
@@ -115,12 +115,12 @@ class RunResult:
     missing: list[str]
     cell_errors: list[str]
     reference_access: list[str]
-    status: str                   # "ok" | "timeout" | "crashed" | "review"
-    message: str                  # for the student when status != "ok"
+    status: str  # "ok" | "timeout" | "crashed" | "review"
+    message: str  # for the student when status != "ok"
     output_tail: str
     seconds: float
-    not_own: dict[str, str] = field(default_factory=dict)   # graded name -> what it is instead of a function
-    violations: list[str] = field(default_factory=list)     # why the channel was not trusted
+    not_own: dict[str, str] = field(default_factory=dict)  # graded name -> what it is instead of a function
+    violations: list[str] = field(default_factory=list)  # why the channel was not trusted
 
 
 def _clip_str(v: Any, limit: int = 500) -> str:
@@ -214,8 +214,11 @@ class _Conversation:
             return True
         if t == "ref" and not self.bye:
             name = _clip_str(g.get("name"), 200)
-            entry = (f"course_lib object {name} modified" if g.get("kind") == "modified"
-                     else f"reference implementation {name} accessed")
+            entry = (
+                f"course_lib object {name} modified"
+                if g.get("kind") == "modified"
+                else f"reference implementation {name} accessed"
+            )
             if name and entry not in self.refs and len(self.refs) < 100:
                 self.refs.append(entry)
             return True
@@ -230,8 +233,10 @@ class _Conversation:
             if g["t"] == "end" or accept(g):
                 return g
             if not self._event(g):
-                self._violation(f"an unexpected {str(g.get('t'))[:30]!r} frame "
-                                + ("after the calls" if self.bye else "while waiting for the harness"))
+                self._violation(
+                    f"an unexpected {str(g.get('t'))[:30]!r} frame "
+                    + ("after the calls" if self.bye else "while waiting for the harness")
+                )
 
     def run(self) -> dict:
         """Talk the job through; returns the supervisor's end frame."""
@@ -274,8 +279,7 @@ class _Conversation:
         except BadResult as e:
             return Outcome("bad_type", message=str(e), seen=seen)
         except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as e:
-            return Outcome("bad_type", message=f"returned a value that cannot be read ({type(e).__name__})",
-                           seen=seen)
+            return Outcome("bad_type", message=f"returned a value that cannot be read ({type(e).__name__})", seen=seen)
         return Outcome("ok", value=value, seen=seen)
 
 
@@ -327,8 +331,14 @@ class Runner:
             ``"none"``) instead of choosing by ``mode``; refused if it does not work here.
     """
 
-    def __init__(self, mode: str = "auto", limits: Limits | None = None, slot: int = 0,
-                 hide: list[str] | None = None, isolation: str | None = None):
+    def __init__(
+        self,
+        mode: str = "auto",
+        limits: Limits | None = None,
+        slot: int = 0,
+        hide: list[str] | None = None,
+        isolation: str | None = None,
+    ):
         if mode not in ("auto", "required", "off"):
             raise ValueError(f"sandbox mode must be 'auto', 'required' or 'off', not {mode!r}")
         self.limits = limits if limits is not None else Limits()
@@ -349,7 +359,8 @@ class Runner:
             if mode == "required" and isolation not in ("bubblewrap", "namespaces"):
                 raise SandboxUnavailable(
                     "no sandbox is available here (needs bubblewrap, or root with Linux namespaces); "
-                    "refusing to run student code without one (use --sandbox auto or off to allow it)")
+                    "refusing to run student code without one (use --sandbox auto or off to allow it)"
+                )
         self.isolation = isolation
         self.cgroup: MemoryCgroup | None = None
         self._proc: subprocess.Popen | None = None
@@ -396,8 +407,16 @@ class Runner:
             cmd = self.cgroup.wrap(cmd)
         self._log = tempfile.TemporaryFile()
         self._tmp = tmp
-        self._proc = iso.spawner.popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=self._log, start_new_session=True, cwd="/", close_fds=True)
+        self._proc = iso.spawner.popen(
+            cmd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            start_new_session=True,
+            cwd="/",
+            close_fds=True,
+        )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         os.set_blocking(self._proc.stdin.fileno(), False)
         self._reader = protocol.FrameReader(max_header=64 << 20, max_total=1 << 62)
@@ -506,8 +525,9 @@ class Runner:
             log = self._log_tail()
             self._stop()
             if attempt == 1:
-                raise SandboxUnavailable(f"the sandbox worker ({self.isolation}) did not start" +
-                                         (f":\n{log}" if log.strip() else ""))
+                raise SandboxUnavailable(
+                    f"the sandbox worker ({self.isolation}) did not start" + (f":\n{log}" if log.strip() else "")
+                )
             self._start()
 
     def _begin(self, job: Job, key: bytes, deadline: float) -> None:
@@ -516,8 +536,15 @@ class Runner:
         lim = asdict(self.limits)
         if lim.get("cell_seconds") is None:
             lim["cell_seconds"] = self.limits.submission_seconds / 2
-        header = {"t": "job", "cells": [valid_utf8(python_source(c)) for c in job.cells], "names": list(job.calls),
-                  "watch": job.watch, "limits": lim, "uid": self.uid, "key": key.hex()}
+        header = {
+            "t": "job",
+            "cells": [valid_utf8(python_source(c)) for c in job.cells],
+            "names": list(job.calls),
+            "watch": job.watch,
+            "limits": lim,
+            "uid": self.uid,
+            "key": key.hex(),
+        }
         if not (self._send({"t": "fork"}, (), deadline) and self._send(header, (), deadline)):
             raise _NotSent("the sandbox stopped responding")
 
@@ -575,9 +602,11 @@ class Runner:
             elif oom and status == "crashed":
                 why_ended = _Ending("memory")
             message = self._message(status, why_ended)
-            why = {"timeout": f"the notebook was stopped after {self.limits.submission_seconds:g} s (timed out)",
-                   "crashed": "the notebook's process crashed",
-                   "review": "the submission is held for review"}.get(status, "no result came back")
+            why = {
+                "timeout": f"the notebook was stopped after {self.limits.submission_seconds:g} s (timed out)",
+                "crashed": "the notebook's process crashed",
+                "review": "the submission is held for review",
+            }.get(status, "no result came back")
             final: dict[str, list[Outcome]] = {}
             for n, outs in conv.outcomes.items():
                 final[n] = []
@@ -590,9 +619,18 @@ class Runner:
                         else:
                             o = Outcome("error", message=f"not run: {why}")
                     final[n].append(o)
-            return RunResult(outcomes=final, missing=conv.missing, cell_errors=conv.cell_errors,
-                             reference_access=conv.refs, status=status, message=message, output_tail=tail,
-                             seconds=time.monotonic() - t0, not_own=conv.not_own, violations=conv.violations)
+            return RunResult(
+                outcomes=final,
+                missing=conv.missing,
+                cell_errors=conv.cell_errors,
+                reference_access=conv.refs,
+                status=status,
+                message=message,
+                output_tail=tail,
+                seconds=time.monotonic() - t0,
+                not_own=conv.not_own,
+                violations=conv.violations,
+            )
 
     def _message(self, status: str, ending: _Ending) -> str:
         """The sentence for the student about how the notebook's process ended."""
@@ -602,21 +640,31 @@ class Runner:
         rest = " Calls that had not run yet count as failed."
         kind, detail = ending.kind, ending.detail
         if status == "review":
-            return ("Your notebook's process sent the grader data it did not ask for (" + detail + "). Nothing "
-                    "it sent is graded: the submission is held for an instructor to review.")
+            return (
+                "Your notebook's process sent the grader data it did not ask for (" + detail + "). Nothing "
+                "it sent is graded: the submission is held for an instructor to review."
+            )
         if status == "timeout":
-            return (f"Your notebook was stopped after {lim.submission_seconds:g} s, the time limit for a whole "
-                    f"submission (an infinite loop, or code that ignores the {lim.call_seconds:g} s limit per "
-                    f"call?).{rest}")
+            return (
+                f"Your notebook was stopped after {lim.submission_seconds:g} s, the time limit for a whole "
+                f"submission (an infinite loop, or code that ignores the {lim.call_seconds:g} s limit per "
+                f"call?).{rest}"
+            )
         if kind == "exit":
-            return (f"Your notebook's process exited (exit code {detail}) before grading finished "
-                    f"(os._exit(), or a library that crashed).{rest}")
+            return (
+                f"Your notebook's process exited (exit code {detail}) before grading finished "
+                f"(os._exit(), or a library that crashed).{rest}"
+            )
         if kind == "memory":
-            return (f"Your notebook was stopped for using more memory than allowed ({lim.memory_mb} MB for all its "
-                    f"processes together).{rest}")
+            return (
+                f"Your notebook was stopped for using more memory than allowed ({lim.memory_mb} MB for all its "
+                f"processes together).{rest}"
+            )
         if kind == "signal" and detail == "SIGKILL":
-            return ("Your notebook's process was killed before grading finished, most likely for using too "
-                    f"much memory (limit {lim.memory_mb} MB) or CPU time.{rest}")
+            return (
+                "Your notebook's process was killed before grading finished, most likely for using too "
+                f"much memory (limit {lim.memory_mb} MB) or CPU time.{rest}"
+            )
         if kind == "signal":
             return f"Your notebook's process crashed ({detail}) before grading finished.{rest}"
         if kind == "protocol":

@@ -73,8 +73,9 @@ def first_structure_problem(actual: Sequence[Any], expected: Sequence[Any], name
     return None
 
 
-def sums_to_one(index: int | None = None, dim: int = -1, what: str = "the weights", atol: float = 1e-4,
-                names: Sequence[str] = ()):
+def sums_to_one(
+    index: int | None = None, dim: int = -1, what: str = "the weights", atol: float = 1e-4, names: Sequence[str] = ()
+):
     """A judge: outputs are structured like the reference's, and output (or output[index]) is
     non-negative and sums to 1 along ``dim``. ``names`` names the items of a tuple output."""
 

@@ -59,23 +59,52 @@ def _softmax_cases() -> list[Case]:
     g = rng(200)
     inf = float("inf")
     return [
-        Case("fixed small case", "a 2 x 3 input along the last dim",
-             [Call((torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]),))], points=1),
-        Case("random shapes", "3-d and 4-d inputs, softmax along the last dim",
-             [Call((randn(g, 2, 3, 5),)), Call((randn(g, 2, 2, 4, 7, scale=3.0),))], points=1),
-        Case("other dims", "softmax along dim=0 and dim=1 (the dim argument is used)",
-             [Call((randn(g, 4, 3, 5),), {"dim": 0}), Call((randn(g, 4, 3, 5),), {"dim": 1})], points=2),
-        Case("sums to one", "outputs are non-negative and sum to 1 along the dim",
-             [Call((randn(g, 6, 9, scale=5.0),))], points=1, judge=sums_to_one()),
-        Case("large inputs", "inputs of magnitude 1e4 give finite, correct weights (stability)",
-             [Call((torch.tensor([[1e4, 1e4 - 1.0, -1e4], [-1e4, -1e4 + 2.0, -1e4 + 1.0]]),))], points=2,
-             atol=1e-3, rtol=1e-3),  # float32 spacing at 1e4 is 1e-3: x - logsumexp(x) is correct too
-        Case("single element", "a dim of size 1 gives weight 1",
-             [Call((randn(g, 3, 1),))], points=1),
-        Case("-inf entries", "entries equal to -inf get weight exactly 0, the others share the weight",
-             [Call((torch.tensor([[2.0, -inf, 1.0, 0.5], [-inf, 3.0, -inf, -1.0]]),))], points=1),
-        Case("all -inf slice", "a slice that is entirely -inf gives all-zero weights, not NaN",
-             [Call((torch.tensor([[-inf, -inf, -inf], [1e4, 0.0, -inf], [0.5, -inf, 1.5]]),))], points=1),
+        Case(
+            "fixed small case",
+            "a 2 x 3 input along the last dim",
+            [Call((torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]),))],
+            points=1,
+        ),
+        Case(
+            "random shapes",
+            "3-d and 4-d inputs, softmax along the last dim",
+            [Call((randn(g, 2, 3, 5),)), Call((randn(g, 2, 2, 4, 7, scale=3.0),))],
+            points=1,
+        ),
+        Case(
+            "other dims",
+            "softmax along dim=0 and dim=1 (the dim argument is used)",
+            [Call((randn(g, 4, 3, 5),), {"dim": 0}), Call((randn(g, 4, 3, 5),), {"dim": 1})],
+            points=2,
+        ),
+        Case(
+            "sums to one",
+            "outputs are non-negative and sum to 1 along the dim",
+            [Call((randn(g, 6, 9, scale=5.0),))],
+            points=1,
+            judge=sums_to_one(),
+        ),
+        Case(
+            "large inputs",
+            "inputs of magnitude 1e4 give finite, correct weights (stability)",
+            [Call((torch.tensor([[1e4, 1e4 - 1.0, -1e4], [-1e4, -1e4 + 2.0, -1e4 + 1.0]]),))],
+            points=2,
+            atol=1e-3,
+            rtol=1e-3,
+        ),  # float32 spacing at 1e4 is 1e-3: x - logsumexp(x) is correct too
+        Case("single element", "a dim of size 1 gives weight 1", [Call((randn(g, 3, 1),))], points=1),
+        Case(
+            "-inf entries",
+            "entries equal to -inf get weight exactly 0, the others share the weight",
+            [Call((torch.tensor([[2.0, -inf, 1.0, 0.5], [-inf, 3.0, -inf, -1.0]]),))],
+            points=1,
+        ),
+        Case(
+            "all -inf slice",
+            "a slice that is entirely -inf gives all-zero weights, not NaN",
+            [Call((torch.tensor([[-inf, -inf, -inf], [1e4, 0.0, -inf], [0.5, -inf, 1.5]]),))],
+            points=1,
+        ),
     ]
 
 
@@ -84,8 +113,20 @@ def _softmax_cases() -> list[Case]:
 # Every mistake is a variant of one computation: scores, a scale, a mask, a softmax, values.
 
 
-def _attend(q, k, v, mask=None, *, scale="sqrt_d", sm_dim=-1, mask_mode="-inf", sm="course",
-            values="v", transpose_weights=False, swap_outputs=False):
+def _attend(
+    q,
+    k,
+    v,
+    mask=None,
+    *,
+    scale="sqrt_d",
+    sm_dim=-1,
+    mask_mode="-inf",
+    sm="course",
+    values="v",
+    transpose_weights=False,
+    swap_outputs=False,
+):
     D, Dv, S = q.shape[-1], v.shape[-1], k.shape[-2]
     scores = q @ k.transpose(-2, -1)  # (*, L, S)
     factor = {
@@ -127,34 +168,61 @@ def _variant(**options):
 
 
 _SDPA_MISTAKES = [
-    Mistake("not scaling the scores: your weights are sqrt(d_k) times too sharp (did you divide "
-            "q @ k^T by sqrt(d_k), the width of the queries and keys?)", _variant(scale="none")),
-    Mistake("dividing the scores by d_k instead of sqrt(d_k): the weights are too flat",
-            _variant(scale="d")),
-    Mistake("multiplying the scores by sqrt(d_k) instead of dividing: the weights are far too sharp",
-            _variant(scale="times_sqrt_d")),
-    Mistake("scaling by sqrt(d_v), the width of the values, instead of sqrt(d_k), the width of the "
-            "queries and keys (q.shape[-1])", _variant(scale="sqrt_dv")),
-    Mistake("scaling by sqrt(S), the number of keys, instead of sqrt(d_k), the width of the queries "
-            "and keys (q.shape[-1])", _variant(scale="sqrt_s")),
-    Mistake("taking the softmax over the queries (dim -2) instead of over the keys (dim -1): each "
-            "query's weights must sum to 1 over the keys", _variant(sm_dim=-2)),
+    Mistake(
+        "not scaling the scores: your weights are sqrt(d_k) times too sharp (did you divide "
+        "q @ k^T by sqrt(d_k), the width of the queries and keys?)",
+        _variant(scale="none"),
+    ),
+    Mistake("dividing the scores by d_k instead of sqrt(d_k): the weights are too flat", _variant(scale="d")),
+    Mistake(
+        "multiplying the scores by sqrt(d_k) instead of dividing: the weights are far too sharp",
+        _variant(scale="times_sqrt_d"),
+    ),
+    Mistake(
+        "scaling by sqrt(d_v), the width of the values, instead of sqrt(d_k), the width of the "
+        "queries and keys (q.shape[-1])",
+        _variant(scale="sqrt_dv"),
+    ),
+    Mistake(
+        "scaling by sqrt(S), the number of keys, instead of sqrt(d_k), the width of the queries and keys (q.shape[-1])",
+        _variant(scale="sqrt_s"),
+    ),
+    Mistake(
+        "taking the softmax over the queries (dim -2) instead of over the keys (dim -1): each "
+        "query's weights must sum to 1 over the keys",
+        _variant(sm_dim=-2),
+    ),
     Mistake("ignoring the mask: masked keys still get weight", _variant(mask_mode="ignore")),
-    Mistake("applying the mask after the softmax: masked weights are zeroed but the others are not "
-            "renormalised, so rows no longer sum to 1 (set masked scores to -inf before the softmax)",
-            _variant(mask_mode="after")),
-    Mistake("inverting the mask: True means 'may attend', but your code blocks the True entries",
-            _variant(mask_mode="inverted")),
-    Mistake("masking with a large negative number: a fully masked row then gets uniform weights "
-            "(the mean of the values) instead of zero weights and a zero output",
-            _variant(mask_mode="big_negative")),
-    Mistake("masking with -inf and a softmax that returns NaN when a whole row is -inf: a query "
-            "that may attend to nothing must get zero weights and a zero output (your softmax "
-            "should return zeros for an all -inf slice)", _variant(sm="torch")),
-    Mistake("exponentiating without subtracting the max first: large scores overflow to inf and "
-            "the weights become NaN (unstable softmax)", _variant(sm="unstable")),
-    Mistake("returning the weights transposed, (..., S, L) instead of (..., L, S): row l must hold "
-            "query l's weights over the keys", _variant(transpose_weights=True)),
+    Mistake(
+        "applying the mask after the softmax: masked weights are zeroed but the others are not "
+        "renormalised, so rows no longer sum to 1 (set masked scores to -inf before the softmax)",
+        _variant(mask_mode="after"),
+    ),
+    Mistake(
+        "inverting the mask: True means 'may attend', but your code blocks the True entries",
+        _variant(mask_mode="inverted"),
+    ),
+    Mistake(
+        "masking with a large negative number: a fully masked row then gets uniform weights "
+        "(the mean of the values) instead of zero weights and a zero output",
+        _variant(mask_mode="big_negative"),
+    ),
+    Mistake(
+        "masking with -inf and a softmax that returns NaN when a whole row is -inf: a query "
+        "that may attend to nothing must get zero weights and a zero output (your softmax "
+        "should return zeros for an all -inf slice)",
+        _variant(sm="torch"),
+    ),
+    Mistake(
+        "exponentiating without subtracting the max first: large scores overflow to inf and "
+        "the weights become NaN (unstable softmax)",
+        _variant(sm="unstable"),
+    ),
+    Mistake(
+        "returning the weights transposed, (..., S, L) instead of (..., L, S): row l must hold "
+        "query l's weights over the keys",
+        _variant(transpose_weights=True),
+    ),
     Mistake("returning (weights, output) instead of (output, weights)", _variant(swap_outputs=True)),
     Mistake("multiplying the weights by the keys instead of the values", _variant(values="k")),
 ]
@@ -215,8 +283,10 @@ def _sdpa_permutation(pq: torch.Tensor, pk: torch.Tensor):
             return problem
         (out1, w1), (out2, w2) = actual
         if not _close(out2, out1[..., pq, :]):
-            return ("permuting the keys and values together (and the queries) should leave each query's output "
-                    "unchanged (only reordered with the queries); yours changed")
+            return (
+                "permuting the keys and values together (and the queries) should leave each query's output "
+                "unchanged (only reordered with the queries); yours changed"
+            )
         if not _close(w2, w1[..., pq, :][..., pk]):
             return "the weights should be reordered exactly as the queries (rows) and the keys (columns) were"
         return None
@@ -249,13 +319,12 @@ def _sdpa_cases() -> list[Case]:
     # Sizes in the value cases: D, Dv, S and L all differ, so each wrong scale gives other numbers.
     q0 = torch.tensor([[[1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, -1.0]]])  # (N=1, L=2, D=4)
     k0 = torch.tensor([[[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 1.0]]])  # (1, S=3, 4)
-    v0 = torch.tensor([[[1.0, 0.0, 0.0, 0.0, 2.0],
-                        [0.0, 1.0, 0.0, 0.0, -1.0],
-                        [0.0, 0.0, 1.0, 1.0, 0.0]]])  # (1, 3, Dv=5)
+    v0 = torch.tensor(
+        [[[1.0, 0.0, 0.0, 0.0, 2.0], [0.0, 1.0, 0.0, 0.0, -1.0], [0.0, 0.0, 1.0, 1.0, 0.0]]]
+    )  # (1, 3, Dv=5)
 
     def qkv(*batch, L, S, D, Dv, scale=1.0):
-        return (randn(g, *batch, L, D, scale=scale), randn(g, *batch, S, D, scale=scale),
-                randn(g, *batch, S, Dv))
+        return (randn(g, *batch, L, D, scale=scale), randn(g, *batch, S, D, scale=scale), randn(g, *batch, S, Dv))
 
     # causal, future-invariance: the second call changes queries, keys and values from position t on
     T, t = 6, 3
@@ -274,32 +343,75 @@ def _sdpa_cases() -> list[Case]:
     full[1, 2] = False
 
     return [
-        Case("fixed small case", "one batch of 2 queries and 3 keys, D = 4, Dv = 5",
-             [Call((q0, k0, v0))], points=1),
-        Case("L != S, Dv != D", "random inputs with more keys than queries and the other way round, values wider or narrower than keys",
-             [Call(qkv(2, L=3, S=5, D=4, Dv=6)), Call(qkv(2, L=6, S=3, D=8, Dv=5))], points=1),
-        Case("extra batch dims", "inputs with two batch dims, (2, 3, L, D)",
-             [Call(qkv(2, 3, L=5, S=7, D=4, Dv=3))], points=1),
-        Case("single key (S = 1)", "one key per batch element: every weight is 1 and the output is that value",
-             [Call(qkv(2, L=4, S=1, D=4, Dv=3))], points=1),
-        Case("mask (L, S)", "a boolean (L, S) mask broadcast over two batch dims (True = may attend)",
-             [Call(qkv(2, 2, L=3, S=5, D=4, Dv=6), {"mask": _mixed_mask(g, 3, 5)})], points=1),
-        Case("masks (N, 1, S) and (N, L, S)", "a padding mask (N, 1, S) broadcast over the queries, and a full (N, L, S) mask",
-             [Call(qkv(3, L=4, S=6, D=4, Dv=5), {"mask": _padding_mask(g, 3, 6)}),
-              Call(qkv(2, L=5, S=3, D=4, Dv=6), {"mask": _mixed_mask(g, 2, 5, 3)})], points=1),
-        Case("weights sum to 1", "with a mask, the weights are non-negative and each row sums to 1 over the keys",
-             [Call(qkv(2, L=4, S=7, D=4, Dv=3), {"mask": _mixed_mask(g, 2, 4, 7)})], points=1,
-             judge=sums_to_one(index=1, names=_ATTENTION_OUTPUTS)),
-        Case("fully masked row", "a query that may attend to no key gets zero weights and a zero output, never NaN",
-             [Call(qkv(2, L=4, S=5, D=4, Dv=6), {"mask": full})], points=2),
-        Case("causal mask", "with a causal mask, no weight on later keys, and changing later tokens leaves earlier outputs unchanged",
-             [Call((qc, kc, vc), {"mask": _causal(T)}), Call((qc2, kc2, vc2), {"mask": _causal(T)})], points=1,
-             judge=_future_invariance(t, "queries, keys and values")),
-        Case("permutation", "permuting keys and values together leaves the output unchanged; permuting queries reorders it",
-             [Call((qp, kp, vp)), Call((qp[:, pq], kp[:, pk], vp[:, pk]))], points=1,
-             judge=_sdpa_permutation(pq, pk)),
-        Case("large magnitudes", "queries and keys of magnitude 100 (scores of thousands) give finite, correct results",
-             [Call(qkv(2, L=3, S=5, D=4, Dv=6, scale=100.0))], points=1, atol=1e-3, rtol=1e-3),
+        Case("fixed small case", "one batch of 2 queries and 3 keys, D = 4, Dv = 5", [Call((q0, k0, v0))], points=1),
+        Case(
+            "L != S, Dv != D",
+            "random inputs with more keys than queries and the other way round, values wider or narrower than keys",
+            [Call(qkv(2, L=3, S=5, D=4, Dv=6)), Call(qkv(2, L=6, S=3, D=8, Dv=5))],
+            points=1,
+        ),
+        Case(
+            "extra batch dims",
+            "inputs with two batch dims, (2, 3, L, D)",
+            [Call(qkv(2, 3, L=5, S=7, D=4, Dv=3))],
+            points=1,
+        ),
+        Case(
+            "single key (S = 1)",
+            "one key per batch element: every weight is 1 and the output is that value",
+            [Call(qkv(2, L=4, S=1, D=4, Dv=3))],
+            points=1,
+        ),
+        Case(
+            "mask (L, S)",
+            "a boolean (L, S) mask broadcast over two batch dims (True = may attend)",
+            [Call(qkv(2, 2, L=3, S=5, D=4, Dv=6), {"mask": _mixed_mask(g, 3, 5)})],
+            points=1,
+        ),
+        Case(
+            "masks (N, 1, S) and (N, L, S)",
+            "a padding mask (N, 1, S) broadcast over the queries, and a full (N, L, S) mask",
+            [
+                Call(qkv(3, L=4, S=6, D=4, Dv=5), {"mask": _padding_mask(g, 3, 6)}),
+                Call(qkv(2, L=5, S=3, D=4, Dv=6), {"mask": _mixed_mask(g, 2, 5, 3)}),
+            ],
+            points=1,
+        ),
+        Case(
+            "weights sum to 1",
+            "with a mask, the weights are non-negative and each row sums to 1 over the keys",
+            [Call(qkv(2, L=4, S=7, D=4, Dv=3), {"mask": _mixed_mask(g, 2, 4, 7)})],
+            points=1,
+            judge=sums_to_one(index=1, names=_ATTENTION_OUTPUTS),
+        ),
+        Case(
+            "fully masked row",
+            "a query that may attend to no key gets zero weights and a zero output, never NaN",
+            [Call(qkv(2, L=4, S=5, D=4, Dv=6), {"mask": full})],
+            points=2,
+        ),
+        Case(
+            "causal mask",
+            "with a causal mask, no weight on later keys, and changing later tokens leaves earlier outputs unchanged",
+            [Call((qc, kc, vc), {"mask": _causal(T)}), Call((qc2, kc2, vc2), {"mask": _causal(T)})],
+            points=1,
+            judge=_future_invariance(t, "queries, keys and values"),
+        ),
+        Case(
+            "permutation",
+            "permuting keys and values together leaves the output unchanged; permuting queries reorders it",
+            [Call((qp, kp, vp)), Call((qp[:, pq], kp[:, pk], vp[:, pk]))],
+            points=1,
+            judge=_sdpa_permutation(pq, pk),
+        ),
+        Case(
+            "large magnitudes",
+            "queries and keys of magnitude 100 (scores of thousands) give finite, correct results",
+            [Call(qkv(2, L=3, S=5, D=4, Dv=6, scale=100.0))],
+            points=1,
+            atol=1e-3,
+            rtol=1e-3,
+        ),
     ]
 
 
@@ -336,28 +448,50 @@ def _sa_no_mask(x, W_q, W_k, W_v, mask=None):
 
 
 _SELF_ATTENTION_MISTAKES = [
-    Mistake("projecting with the transposed weights (x @ W.T): the book's convention is Q = x @ W_q, "
-            "with W_q of shape (E, D)", _sa_transposed),
+    Mistake(
+        "projecting with the transposed weights (x @ W.T): the book's convention is Q = x @ W_q, "
+        "with W_q of shape (E, D)",
+        _sa_transposed,
+    ),
     Mistake("using x itself as the values instead of V = x @ W_v", _sa_x_as_values),
-    Mistake("swapping W_q and W_k: the queries must be x @ W_q and the keys x @ W_k (the weights "
-            "come out transposed)", _sa_swapped_qk),
-    Mistake("not scaling the scores: your weights are sqrt(d_k) times too sharp (divide by "
-            "sqrt(d_k), the width of the queries and keys)", _project_then(_variant(scale="none"))),
-    Mistake("scaling by sqrt(E), the width of x (d_model), instead of sqrt(d_k), the width of the "
-            "queries and keys", _sa_sqrt_e),
-    Mistake("dividing the scores by d_k instead of sqrt(d_k): the weights are too flat",
-            _project_then(_variant(scale="d"))),
-    Mistake("scaling by sqrt(d_v), the width of the values, instead of sqrt(d_k)",
-            _project_then(_variant(scale="sqrt_dv"))),
+    Mistake(
+        "swapping W_q and W_k: the queries must be x @ W_q and the keys x @ W_k (the weights come out transposed)",
+        _sa_swapped_qk,
+    ),
+    Mistake(
+        "not scaling the scores: your weights are sqrt(d_k) times too sharp (divide by "
+        "sqrt(d_k), the width of the queries and keys)",
+        _project_then(_variant(scale="none")),
+    ),
+    Mistake(
+        "scaling by sqrt(E), the width of x (d_model), instead of sqrt(d_k), the width of the queries and keys",
+        _sa_sqrt_e,
+    ),
+    Mistake(
+        "dividing the scores by d_k instead of sqrt(d_k): the weights are too flat", _project_then(_variant(scale="d"))
+    ),
+    Mistake(
+        "scaling by sqrt(d_v), the width of the values, instead of sqrt(d_k)", _project_then(_variant(scale="sqrt_dv"))
+    ),
     Mistake("not passing the mask on: masked tokens still get weight", _sa_no_mask),
-    Mistake("taking the softmax over the queries (dim -2) instead of over the keys (dim -1)",
-            _project_then(_variant(sm_dim=-2))),
-    Mistake("returning the weights transposed: row t must hold token t's weights over the keys",
-            _project_then(_variant(transpose_weights=True))),
-    Mistake("masking with a large negative number: a fully masked row then gets uniform weights "
-            "instead of zero weights and a zero output", _project_then(_variant(mask_mode="big_negative"))),
-    Mistake("a softmax that returns NaN when a whole row is masked: a token that may attend to "
-            "nothing must get zero weights and a zero output", _project_then(_variant(sm="torch"))),
+    Mistake(
+        "taking the softmax over the queries (dim -2) instead of over the keys (dim -1)",
+        _project_then(_variant(sm_dim=-2)),
+    ),
+    Mistake(
+        "returning the weights transposed: row t must hold token t's weights over the keys",
+        _project_then(_variant(transpose_weights=True)),
+    ),
+    Mistake(
+        "masking with a large negative number: a fully masked row then gets uniform weights "
+        "instead of zero weights and a zero output",
+        _project_then(_variant(mask_mode="big_negative")),
+    ),
+    Mistake(
+        "a softmax that returns NaN when a whole row is masked: a token that may attend to "
+        "nothing must get zero weights and a zero output",
+        _project_then(_variant(sm="torch")),
+    ),
 ]
 
 
@@ -370,8 +504,7 @@ def _self_attention_cases() -> list[Case]:
     W_v0 = ((base * 2) % 5 - 2) / 3
 
     def inputs(N, T, E, D, Dv):
-        return (randn(g, N, T, E), randn(g, E, D, scale=0.5), randn(g, E, D, scale=0.5),
-                randn(g, E, Dv, scale=0.5))
+        return (randn(g, N, T, E), randn(g, E, D, scale=0.5), randn(g, E, D, scale=0.5), randn(g, E, Dv, scale=0.5))
 
     # future invariance under a causal mask: tokens from position t on differ
     T, t = 6, 4
@@ -387,27 +520,65 @@ def _self_attention_cases() -> list[Case]:
     full[0, 1] = False
 
     return [
-        Case("fixed small case", "3 tokens of width 4 and square 4 x 4 projections",
-             [Call((x0, W_q0, W_k0, W_v0))], points=1),
-        Case("non-square projections", "random inputs where the token width, the query/key width and the value width all differ",
-             [Call(inputs(2, 5, 6, 4, 3)), Call(inputs(1, 7, 3, 5, 2))], points=2),
-        Case("square projections", "random square projection matrices (token width = query width = value width)",
-             [Call(inputs(2, 4, 5, 5, 5))], points=1),
-        Case("single token", "a sequence of one token: its weight is 1 and its output is its value",
-             [Call(inputs(3, 1, 4, 3, 5))], points=1),
-        Case("causal mask (T, T)", "a causal (T, T) mask broadcast over the batch",
-             [Call(inputs(2, 6, 4, 3, 5), {"mask": _causal(6)})], points=1),
-        Case("masks (N, 1, T) and (N, T, T)", "a padding mask (N, 1, T) and a full (N, T, T) mask",
-             [Call(inputs(3, 5, 4, 6, 3), {"mask": _padding_mask(g, 3, 5)}),
-              Call(inputs(2, 4, 6, 3, 5), {"mask": _mixed_mask(g, 2, 4, 4)})], points=1),
-        Case("fully masked row", "a token that may attend to nothing gets zero weights and a zero output, never NaN",
-             [Call(inputs(2, 4, 5, 3, 6), {"mask": full})], points=1),
-        Case("causal: future invariance", "with a causal mask, changing later tokens leaves the outputs of earlier tokens unchanged",
-             [Call((xc, Wq, Wk, Wv), {"mask": _causal(T)}), Call((xc2, Wq, Wk, Wv), {"mask": _causal(T)})], points=1,
-             judge=_future_invariance(t, "tokens")),
-        Case("permutation equivariance", "permuting the tokens permutes the outputs, and the weights along both axes",
-             [Call((xp, Wqp, Wkp, Wvp)), Call((xp[:, perm], Wqp, Wkp, Wvp))], points=1,
-             judge=_self_attention_permutation(perm)),
+        Case(
+            "fixed small case",
+            "3 tokens of width 4 and square 4 x 4 projections",
+            [Call((x0, W_q0, W_k0, W_v0))],
+            points=1,
+        ),
+        Case(
+            "non-square projections",
+            "random inputs where the token width, the query/key width and the value width all differ",
+            [Call(inputs(2, 5, 6, 4, 3)), Call(inputs(1, 7, 3, 5, 2))],
+            points=2,
+        ),
+        Case(
+            "square projections",
+            "random square projection matrices (token width = query width = value width)",
+            [Call(inputs(2, 4, 5, 5, 5))],
+            points=1,
+        ),
+        Case(
+            "single token",
+            "a sequence of one token: its weight is 1 and its output is its value",
+            [Call(inputs(3, 1, 4, 3, 5))],
+            points=1,
+        ),
+        Case(
+            "causal mask (T, T)",
+            "a causal (T, T) mask broadcast over the batch",
+            [Call(inputs(2, 6, 4, 3, 5), {"mask": _causal(6)})],
+            points=1,
+        ),
+        Case(
+            "masks (N, 1, T) and (N, T, T)",
+            "a padding mask (N, 1, T) and a full (N, T, T) mask",
+            [
+                Call(inputs(3, 5, 4, 6, 3), {"mask": _padding_mask(g, 3, 5)}),
+                Call(inputs(2, 4, 6, 3, 5), {"mask": _mixed_mask(g, 2, 4, 4)}),
+            ],
+            points=1,
+        ),
+        Case(
+            "fully masked row",
+            "a token that may attend to nothing gets zero weights and a zero output, never NaN",
+            [Call(inputs(2, 4, 5, 3, 6), {"mask": full})],
+            points=1,
+        ),
+        Case(
+            "causal: future invariance",
+            "with a causal mask, changing later tokens leaves the outputs of earlier tokens unchanged",
+            [Call((xc, Wq, Wk, Wv), {"mask": _causal(T)}), Call((xc2, Wq, Wk, Wv), {"mask": _causal(T)})],
+            points=1,
+            judge=_future_invariance(t, "tokens"),
+        ),
+        Case(
+            "permutation equivariance",
+            "permuting the tokens permutes the outputs, and the weights along both axes",
+            [Call((xp, Wqp, Wkp, Wvp)), Call((xp[:, perm], Wqp, Wkp, Wvp))],
+            points=1,
+            judge=_self_attention_permutation(perm),
+        ),
     ]
 
 
@@ -425,13 +596,21 @@ EXERCISES = [
         reference=softmax,
         make_cases=_softmax_cases,
         mistakes=[
-            Mistake("exponentiating without subtracting the max first: large scores overflow to inf "
-                    "and the weights become NaN (unstable softmax)", _softmax_no_max),
-            Mistake("subtracting the max of the whole tensor instead of the max along `dim`: a slice "
-                    "far below the global max underflows to 0 / 0 = NaN", _softmax_global_max),
-            Mistake("a slice that is entirely -inf gives NaN (0 / 0): return zeros there, e.g. by "
-                    "subtracting 0 instead of an infinite max and dividing by 1 where the sum is 0",
-                    _softmax_all_masked_nan),
+            Mistake(
+                "exponentiating without subtracting the max first: large scores overflow to inf "
+                "and the weights become NaN (unstable softmax)",
+                _softmax_no_max,
+            ),
+            Mistake(
+                "subtracting the max of the whole tensor instead of the max along `dim`: a slice "
+                "far below the global max underflows to 0 / 0 = NaN",
+                _softmax_global_max,
+            ),
+            Mistake(
+                "a slice that is entirely -inf gives NaN (0 / 0): return zeros there, e.g. by "
+                "subtracting 0 instead of an infinite max and dividing by 1 where the sum is 0",
+                _softmax_all_masked_nan,
+            ),
             Mistake("normalising over dim 0 instead of the `dim` argument", _softmax_dim0),
             Mistake("always normalising over the last dim, ignoring the `dim` argument", _softmax_last),
             Mistake("forgetting to divide by the sum: the weights do not sum to 1", _softmax_no_norm),

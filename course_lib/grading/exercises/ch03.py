@@ -67,17 +67,21 @@ _SPLIT_HEAD_MAJOR = (
 def _split_cases() -> list[Case]:
     g = rng(300)
     return [
-        Case("fixed small case", "a 1 x 3 x 4 input split into 2 heads (head h gets columns 2h, 2h+1)",
-             [Call((torch.arange(12.0).reshape(1, 3, 4), 2))], points=2),
-        Case("random shapes", "several batch sizes, lengths and head counts (H != L, D != H)",
-             [Call((randn(g, 2, 5, 12), 3)), Call((randn(g, 3, 4, 16), 2)), Call((randn(g, 1, 7, 30), 5))],
-             points=2),
-        Case("one head", "H = 1 gives the input with a head axis of size 1",
-             [Call((randn(g, 2, 5, 6), 1))], points=1),
-        Case("width-1 heads", "H = E gives heads of width D = 1",
-             [Call((randn(g, 2, 3, 5), 5))], points=1),
-        Case("one token", "a sequence of length L = 1",
-             [Call((randn(g, 2, 1, 12), 4))], points=1),
+        Case(
+            "fixed small case",
+            "a 1 x 3 x 4 input split into 2 heads (head h gets columns 2h, 2h+1)",
+            [Call((torch.arange(12.0).reshape(1, 3, 4), 2))],
+            points=2,
+        ),
+        Case(
+            "random shapes",
+            "several batch sizes, lengths and head counts (H != L, D != H)",
+            [Call((randn(g, 2, 5, 12), 3)), Call((randn(g, 3, 4, 16), 2)), Call((randn(g, 1, 7, 30), 5))],
+            points=2,
+        ),
+        Case("one head", "H = 1 gives the input with a head axis of size 1", [Call((randn(g, 2, 5, 6), 1))], points=1),
+        Case("width-1 heads", "H = E gives heads of width D = 1", [Call((randn(g, 2, 3, 5), 5))], points=1),
+        Case("one token", "a sequence of length L = 1", [Call((randn(g, 2, 1, 12), 4))], points=1),
     ]
 
 
@@ -111,17 +115,26 @@ def _merge_cases() -> list[Case]:
     g = rng(310)
     x = randn(g, 2, 6, 12)
     return [
-        Case("fixed small case", "2 heads of a 3-token input merged back into 1 x 3 x 4",
-             [Call((split_heads(torch.arange(12.0).reshape(1, 3, 4), 2).contiguous(),))], points=2),
-        Case("random shapes", "several batch sizes, head counts, lengths and widths (H != L, D != H)",
-             [Call((randn(g, 2, 3, 5, 4),)), Call((randn(g, 3, 2, 4, 7),)), Call((randn(g, 1, 4, 6, 3),))],
-             points=2),
-        Case("undoes split_heads", "merging the heads of an input split into 3 heads gives the input back",
-             [Call((split_heads(x, 3).contiguous(),))], points=1),
-        Case("one head", "H = 1 only removes the head axis",
-             [Call((randn(g, 2, 1, 5, 6),))], points=1),
-        Case("one token", "a sequence of length L = 1",
-             [Call((randn(g, 2, 4, 1, 3),))], points=1),
+        Case(
+            "fixed small case",
+            "2 heads of a 3-token input merged back into 1 x 3 x 4",
+            [Call((split_heads(torch.arange(12.0).reshape(1, 3, 4), 2).contiguous(),))],
+            points=2,
+        ),
+        Case(
+            "random shapes",
+            "several batch sizes, head counts, lengths and widths (H != L, D != H)",
+            [Call((randn(g, 2, 3, 5, 4),)), Call((randn(g, 3, 2, 4, 7),)), Call((randn(g, 1, 4, 6, 3),))],
+            points=2,
+        ),
+        Case(
+            "undoes split_heads",
+            "merging the heads of an input split into 3 heads gives the input back",
+            [Call((split_heads(x, 3).contiguous(),))],
+            points=1,
+        ),
+        Case("one head", "H = 1 only removes the head axis", [Call((randn(g, 2, 1, 5, 6),))], points=1),
+        Case("one token", "a sequence of length L = 1", [Call((randn(g, 2, 4, 1, 3),))], points=1),
     ]
 
 
@@ -162,9 +175,27 @@ def _weights(scores: torch.Tensor, mask: torch.Tensor | None, how: str, dim: int
     return torch.nan_to_num(w, nan=0.0)  # a fully masked row: zero weights
 
 
-def _mha_variant(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None, *,
-                 scale="d", mask_how="ok", softmax_dim=-1, split="ok", merge="ok", out="concat",
-                 weights="per_head", transpose_w=False, kv="ok"):
+def _mha_variant(
+    query,
+    key,
+    value,
+    W_q,
+    W_k,
+    W_v,
+    W_o,
+    num_heads,
+    mask=None,
+    *,
+    scale="d",
+    mask_how="ok",
+    softmax_dim=-1,
+    split="ok",
+    merge="ok",
+    out="concat",
+    weights="per_head",
+    transpose_w=False,
+    kv="ok",
+):
     """Multi-head attention with one step done differently; all defaults give the reference."""
     H = num_heads
     E = query.shape[-1]
@@ -191,13 +222,13 @@ def _mha_variant(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None, *,
     elif out == "sum_heads":
         result = heads.sum(dim=1)
     elif out == "mean_contrib":
-        result = sum(heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(H)) / H
+        result = sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(H)) / H
     elif out == "diag_block":
-        result = torch.cat([heads[:, h] @ W_o[h * D:(h + 1) * D, h * D:(h + 1) * D] for h in range(H)], dim=-1)
+        result = torch.cat([heads[:, h] @ W_o[h * D : (h + 1) * D, h * D : (h + 1) * D] for h in range(H)], dim=-1)
     elif out == "concat_contrib":
-        result = torch.cat([heads[:, h] @ W_o[h * D:(h + 1) * D] for h in range(H)], dim=-1)
+        result = torch.cat([heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(H)], dim=-1)
     elif out == "wo_columns":
-        result = sum(heads[:, h] @ W_o[:, h * D:(h + 1) * D].T for h in range(H))
+        result = sum(heads[:, h] @ W_o[:, h * D : (h + 1) * D].T for h in range(H))
     else:
         raise ValueError(out)
     if weights == "mean":
@@ -217,71 +248,143 @@ def _sum_form_mistake(**how):
 
 
 _CORE_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
-    ("no_scale", "forgetting to divide the scores by sqrt(D): the weights are too peaked",
-     {"scale": "none"}),
-    ("sqrt_e", "scaling the scores by sqrt(E) (d_model) instead of sqrt(D) = sqrt(E / H), the width of "
-     "one head (d_k): the weights are too flat", {"scale": "e"}),
-    ("inverted_mask", "inverting the mask: True means *may attend* in this course, so masked_fill "
-     "must fill where the mask is False (~mask)", {"mask_how": "inverted"}),
-    ("mask_after", "applying the mask after the softmax: the masked weights are zeroed but the rest "
-     "no longer sum to 1; mask the scores (with -inf) before the softmax", {"mask_how": "after"}),
-    ("big_negative", "filling masked scores with a large negative number instead of -inf: a fully "
-     "masked row gets uniform weights instead of zero weights and a zero output",
-     {"mask_how": "big_negative"}),
-    ("nan", "a fully masked row gives NaN (softmax of a row of -inf): set such rows to zero weights",
-     {"mask_how": "nan"}),
-    ("naive_exp", "computing the softmax as exp(s) / sum(exp(s)) without subtracting the row maximum: "
-     "large scores overflow to inf and give NaN (unstable softmax)", {"mask_how": "naive_exp"}),
-    ("softmax_queries", "taking the softmax over the queries (dim=-2) instead of over the keys (dim=-1)",
-     {"softmax_dim": -2}),
-    ("bare_view", "splitting into heads with a bare view/reshape to (N, H, L, D), without the "
-     "transpose: tokens are scrambled across heads and positions (and a causal mask leaks the future)",
-     {"split": "bare_view", "merge": "bare"}),
-    ("bare_view_split_only", "splitting into heads with a bare view/reshape to (N, H, L, D), without "
-     "the transpose: tokens are scrambled across heads and positions (and a causal mask leaks the future)",
-     {"split": "bare_view"}),
-    ("head_major", "giving head h every H-th feature (columns h, h+H, ...) instead of the consecutive "
-     "columns hD ... (h+1)D - 1: split as (N, L, H, D), not (N, L, D, H)",
-     {"split": "head_major", "merge": "head_major"}),
-    ("transposed_w", "multiplying by the transposed weight matrices (x @ W.T, nn.Linear's convention); "
-     "in this course the projections are x @ W", {"transpose_w": True}),
-    ("kv_from_query", "computing keys and values from the query instead of the key and value arguments",
-     {"kv": "query"}),
-    ("v_from_key", "computing the values from the key argument instead of the value argument",
-     {"kv": "key"}),
+    ("no_scale", "forgetting to divide the scores by sqrt(D): the weights are too peaked", {"scale": "none"}),
+    (
+        "sqrt_e",
+        "scaling the scores by sqrt(E) (d_model) instead of sqrt(D) = sqrt(E / H), the width of "
+        "one head (d_k): the weights are too flat",
+        {"scale": "e"},
+    ),
+    (
+        "inverted_mask",
+        "inverting the mask: True means *may attend* in this course, so masked_fill "
+        "must fill where the mask is False (~mask)",
+        {"mask_how": "inverted"},
+    ),
+    (
+        "mask_after",
+        "applying the mask after the softmax: the masked weights are zeroed but the rest "
+        "no longer sum to 1; mask the scores (with -inf) before the softmax",
+        {"mask_how": "after"},
+    ),
+    (
+        "big_negative",
+        "filling masked scores with a large negative number instead of -inf: a fully "
+        "masked row gets uniform weights instead of zero weights and a zero output",
+        {"mask_how": "big_negative"},
+    ),
+    (
+        "nan",
+        "a fully masked row gives NaN (softmax of a row of -inf): set such rows to zero weights",
+        {"mask_how": "nan"},
+    ),
+    (
+        "naive_exp",
+        "computing the softmax as exp(s) / sum(exp(s)) without subtracting the row maximum: "
+        "large scores overflow to inf and give NaN (unstable softmax)",
+        {"mask_how": "naive_exp"},
+    ),
+    (
+        "softmax_queries",
+        "taking the softmax over the queries (dim=-2) instead of over the keys (dim=-1)",
+        {"softmax_dim": -2},
+    ),
+    (
+        "bare_view",
+        "splitting into heads with a bare view/reshape to (N, H, L, D), without the "
+        "transpose: tokens are scrambled across heads and positions (and a causal mask leaks the future)",
+        {"split": "bare_view", "merge": "bare"},
+    ),
+    (
+        "bare_view_split_only",
+        "splitting into heads with a bare view/reshape to (N, H, L, D), without "
+        "the transpose: tokens are scrambled across heads and positions (and a causal mask leaks the future)",
+        {"split": "bare_view"},
+    ),
+    (
+        "head_major",
+        "giving head h every H-th feature (columns h, h+H, ...) instead of the consecutive "
+        "columns hD ... (h+1)D - 1: split as (N, L, H, D), not (N, L, D, H)",
+        {"split": "head_major", "merge": "head_major"},
+    ),
+    (
+        "transposed_w",
+        "multiplying by the transposed weight matrices (x @ W.T, nn.Linear's convention); "
+        "in this course the projections are x @ W",
+        {"transpose_w": True},
+    ),
+    (
+        "kv_from_query",
+        "computing keys and values from the query instead of the key and value arguments",
+        {"kv": "query"},
+    ),
+    ("v_from_key", "computing the values from the key argument instead of the value argument", {"kv": "key"}),
 ]
 
 _MHA_OUTPUT_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
-    ("mean_heads", "averaging the heads instead of concatenating them (and then multiplying by W_o): "
-     "the output has width D = E / H instead of E", {"out": "mean_heads"}),
-    ("sum_heads", "summing the heads instead of concatenating them (and then multiplying by W_o): "
-     "the output has width D = E / H instead of E", {"out": "sum_heads"}),
-    ("mean_contrib", "averaging the heads' contributions instead of adding them: after concatenation, "
-     "W_o adds the heads up, it does not average them (the output is H times too small)",
-     {"out": "mean_contrib"}),
-    ("no_wo", "forgetting the output projection W_o after concatenating the heads",
-     {"out": "no_wo"}),
-    ("diag_block", "applying only head h's diagonal block of W_o to head h before concatenating: "
-     "concatenate all heads first and multiply by the whole W_o, so every output feature mixes all heads",
-     {"out": "diag_block"}),
-    ("concat_contrib", "concatenating the heads after projecting each one to width E with its rows of "
-     "W_o: the output has width H * E; concatenate the heads first, then multiply by W_o",
-     {"out": "concat_contrib"}),
-    ("mean_weights", "returning the weights averaged over the heads, (N, L, S), like "
-     "nn.MultiheadAttention's default: return them per head, (N, H, L, S)", {"weights": "mean"}),
+    (
+        "mean_heads",
+        "averaging the heads instead of concatenating them (and then multiplying by W_o): "
+        "the output has width D = E / H instead of E",
+        {"out": "mean_heads"},
+    ),
+    (
+        "sum_heads",
+        "summing the heads instead of concatenating them (and then multiplying by W_o): "
+        "the output has width D = E / H instead of E",
+        {"out": "sum_heads"},
+    ),
+    (
+        "mean_contrib",
+        "averaging the heads' contributions instead of adding them: after concatenation, "
+        "W_o adds the heads up, it does not average them (the output is H times too small)",
+        {"out": "mean_contrib"},
+    ),
+    ("no_wo", "forgetting the output projection W_o after concatenating the heads", {"out": "no_wo"}),
+    (
+        "diag_block",
+        "applying only head h's diagonal block of W_o to head h before concatenating: "
+        "concatenate all heads first and multiply by the whole W_o, so every output feature mixes all heads",
+        {"out": "diag_block"},
+    ),
+    (
+        "concat_contrib",
+        "concatenating the heads after projecting each one to width E with its rows of "
+        "W_o: the output has width H * E; concatenate the heads first, then multiply by W_o",
+        {"out": "concat_contrib"},
+    ),
+    (
+        "mean_weights",
+        "returning the weights averaged over the heads, (N, L, S), like "
+        "nn.MultiheadAttention's default: return them per head, (N, H, L, S)",
+        {"weights": "mean"},
+    ),
 ]
 
 _SUM_FORM_OUTPUT_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
-    ("wo_columns", "taking head h's block of W_o from its columns (W_o[:, hD:(h+1)D], transposed) instead "
-     "of its rows W_o[hD:(h+1)D, :]: the rows are the ones that multiply head h's part of the concatenation",
-     {"out": "wo_columns"}),
-    ("mean_contrib", "averaging the heads' contributions instead of summing them: the output is "
-     "H times too small", {"out": "mean_contrib"}),
-    ("sum_heads", "summing the heads without projecting each one with its rows of W_o: the output has "
-     "width D = E / H instead of E", {"out": "sum_heads"}),
+    (
+        "wo_columns",
+        "taking head h's block of W_o from its columns (W_o[:, hD:(h+1)D], transposed) instead "
+        "of its rows W_o[hD:(h+1)D, :]: the rows are the ones that multiply head h's part of the concatenation",
+        {"out": "wo_columns"},
+    ),
+    (
+        "mean_contrib",
+        "averaging the heads' contributions instead of summing them: the output is H times too small",
+        {"out": "mean_contrib"},
+    ),
+    (
+        "sum_heads",
+        "summing the heads without projecting each one with its rows of W_o: the output has "
+        "width D = E / H instead of E",
+        {"out": "sum_heads"},
+    ),
     ("no_wo", "concatenating the heads without the output projection W_o", {"out": "no_wo"}),
-    ("concat_contrib", "concatenating the per-head projections instead of adding them: the output has "
-     "width H * E", {"out": "concat_contrib"}),
+    (
+        "concat_contrib",
+        "concatenating the per-head projections instead of adding them: the output has width H * E",
+        {"out": "concat_contrib"},
+    ),
 ]
 
 
@@ -301,8 +404,19 @@ def _weights_set(g: torch.Generator, E: int, *, scale: float = 1.0) -> tuple[tor
     return tuple(randn(g, E, E, scale=scale / math.sqrt(E)) for _ in range(4))
 
 
-def _mha_call(g: torch.Generator, N: int, L: int, S: int | None, E: int, H: int, mask=None, *,
-              distinct_value: bool = False, q_scale: float = 1.0, self_attention: bool = False) -> Call:
+def _mha_call(
+    g: torch.Generator,
+    N: int,
+    L: int,
+    S: int | None,
+    E: int,
+    H: int,
+    mask=None,
+    *,
+    distinct_value: bool = False,
+    q_scale: float = 1.0,
+    self_attention: bool = False,
+) -> Call:
     query = randn(g, N, L, E, scale=q_scale)
     if self_attention:
         key = value = query
@@ -340,8 +454,10 @@ def _future_invariance(index: int | None):
                 if not bool(torch.isfinite(early1).all() and torch.isfinite(early2).all()):
                     return f"the {name} contain NaN or inf"
                 if not bool(torch.allclose(early1, early2, atol=1e-4, rtol=1e-4)):
-                    return (f"with a causal mask, changing the inputs from position {t} on changed the "
-                            f"{name} at earlier positions: some position sees the future")
+                    return (
+                        f"with a causal mask, changing the inputs from position {t} on changed the "
+                        f"{name} at earlier positions: some position sees the future"
+                    )
         return None
 
     return judge
@@ -403,8 +519,10 @@ def _heads_consistent(calls: Sequence[Call], actual: Sequence[Any], expected: Se
         v = split_heads(value.to(torch.float64) @ W_v.to(torch.float64), H)  # (N, H, S, D)
         implied = merge_heads(w64 @ v) @ W_o.to(torch.float64)  # (N, L, E)
         if not bool(torch.allclose(out.to(torch.float64), implied, atol=1e-4, rtol=1e-4)):
-            return ("the output is not what the returned weights give: head h's output should be "
-                    "weights[:, h] @ V_h, concatenated over heads and multiplied by W_o")
+            return (
+                "the output is not what the returned weights give: head h's output should be "
+                "weights[:, h] @ V_h, concatenated over heads and multiplied by W_o"
+            )
     return None
 
 
@@ -412,32 +530,87 @@ def _mha_cases() -> list[Case]:
     g = rng(320)
     N, L, S, E = 2, 4, 6, 8
     return [
-        Case("fixed small case", "self-attention, one sequence of 3 tokens of width 4, 2 heads",
-             [_mha_call(g, 1, 3, None, 4, 2, self_attention=True)], points=1),
-        Case("cross-attention", "queries and keys of different lengths (L != S), 2 heads",
-             [_mha_call(g, 2, 3, 5, 8, 2)], points=1),
-        Case("several head counts", "H = 1, 2 and 4 heads on the same shapes (L != S)",
-             [_mha_call(g, N, L, S, E, H) for H in (1, 2, 4)], points=2),
-        Case("keys != values", "different key and value tensors",
-             [_mha_call(g, 2, 3, 5, 12, 3, distinct_value=True)], points=1),
-        Case("per-head weights", "weights have shape (N, H, L, S), sum to 1 per head, and give the output",
-             [_mha_call(g, 2, 3, 5, 12, 4, distinct_value=True)], points=1, judge=_heads_consistent),
-        Case("mask (L, S)", "a boolean mask shared by the batch and the heads (True = may attend)",
-             [_mha_call(g, N, L, S, E, 2, rand_mask(g, L, S))], points=1),
-        Case("mask per sequence and per head", "masks of shape (N, 1, L, S) and (N, H, L, S)",
-             [_mha_call(g, N, L, S, E, 2, rand_mask(g, N, 1, L, S)),
-              _mha_call(g, N, L, S, E, 2, _per_head_mask(g, N, 2, L, S))], points=1),
-        Case("padding mask", "a key-padding mask of shape (N, 1, 1, S)",
-             [_mha_call(g, 3, L, S, E, 4, torch.tensor([[True] * 6, [True] * 4 + [False] * 2,
-                                                          [True] * 2 + [False] * 4])[:, None, None, :])],
-             points=1),
-        Case("causal mask: no look-ahead", "with a causal mask, changing later tokens leaves earlier outputs "
-             "and weights unchanged", _causal_pairs(g, [(2, 5, 8, 2, 2), (1, 6, 12, 4, 3)]), points=1,
-             judge=_future_invariance(index=0)),
-        Case("fully masked rows", "a query that may attend to nothing gets zero weights and a zero output, "
-             "never NaN", _fully_masked_calls(g), points=1),
-        Case("large scores", "inputs of size about 30 (scores of order 1e3) give finite, correct outputs",
-             [_large_call(g)], points=1),
+        Case(
+            "fixed small case",
+            "self-attention, one sequence of 3 tokens of width 4, 2 heads",
+            [_mha_call(g, 1, 3, None, 4, 2, self_attention=True)],
+            points=1,
+        ),
+        Case(
+            "cross-attention",
+            "queries and keys of different lengths (L != S), 2 heads",
+            [_mha_call(g, 2, 3, 5, 8, 2)],
+            points=1,
+        ),
+        Case(
+            "several head counts",
+            "H = 1, 2 and 4 heads on the same shapes (L != S)",
+            [_mha_call(g, N, L, S, E, H) for H in (1, 2, 4)],
+            points=2,
+        ),
+        Case(
+            "keys != values",
+            "different key and value tensors",
+            [_mha_call(g, 2, 3, 5, 12, 3, distinct_value=True)],
+            points=1,
+        ),
+        Case(
+            "per-head weights",
+            "weights have shape (N, H, L, S), sum to 1 per head, and give the output",
+            [_mha_call(g, 2, 3, 5, 12, 4, distinct_value=True)],
+            points=1,
+            judge=_heads_consistent,
+        ),
+        Case(
+            "mask (L, S)",
+            "a boolean mask shared by the batch and the heads (True = may attend)",
+            [_mha_call(g, N, L, S, E, 2, rand_mask(g, L, S))],
+            points=1,
+        ),
+        Case(
+            "mask per sequence and per head",
+            "masks of shape (N, 1, L, S) and (N, H, L, S)",
+            [
+                _mha_call(g, N, L, S, E, 2, rand_mask(g, N, 1, L, S)),
+                _mha_call(g, N, L, S, E, 2, _per_head_mask(g, N, 2, L, S)),
+            ],
+            points=1,
+        ),
+        Case(
+            "padding mask",
+            "a key-padding mask of shape (N, 1, 1, S)",
+            [
+                _mha_call(
+                    g,
+                    3,
+                    L,
+                    S,
+                    E,
+                    4,
+                    torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [True] * 2 + [False] * 4])[:, None, None, :],
+                )
+            ],
+            points=1,
+        ),
+        Case(
+            "causal mask: no look-ahead",
+            "with a causal mask, changing later tokens leaves earlier outputs and weights unchanged",
+            _causal_pairs(g, [(2, 5, 8, 2, 2), (1, 6, 12, 4, 3)]),
+            points=1,
+            judge=_future_invariance(index=0),
+        ),
+        Case(
+            "fully masked rows",
+            "a query that may attend to nothing gets zero weights and a zero output, never NaN",
+            _fully_masked_calls(g),
+            points=1,
+        ),
+        Case(
+            "large scores",
+            "inputs of size about 30 (scores of order 1e3) give finite, correct outputs",
+            [_large_call(g)],
+            points=1,
+        ),
     ]
 
 
@@ -449,8 +622,10 @@ def _equals_concat_form(calls: Sequence[Call], actual: Sequence[Any], expected: 
     for c, a in zip(calls, actual, strict=False):
         concat, _ = multi_head_attention(*c.args)
         if isinstance(a, torch.Tensor) and a.dtype != concat.dtype:
-            return (f"the output has dtype {a.dtype} for {concat.dtype} inputs: keep the inputs' dtype "
-                    "(e.g. start the sum from torch.zeros_like(query))")
+            return (
+                f"the output has dtype {a.dtype} for {concat.dtype} inputs: keep the inputs' dtype "
+                "(e.g. start the sum from torch.zeros_like(query))"
+            )
         msg = compare(a, concat, atol=1e-9, rtol=1e-9, what="the output")
         if msg:
             return msg + " (compared with the concatenation form, in float64)"
@@ -462,30 +637,64 @@ def _sum_form_cases() -> list[Case]:
     N, L, S, E = 2, 4, 6, 8
 
     def as64(call: Call) -> Call:
-        return Call(tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                          for a in call.args))
+        return Call(
+            tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in call.args)
+        )
 
     return [
-        Case("fixed small case", "self-attention, one sequence of 3 tokens of width 4, 2 heads",
-             [_mha_call(g, 1, 3, None, 4, 2, self_attention=True)], points=1),
-        Case("cross-attention, several head counts", "L != S with H = 1, 2 and 4 heads",
-             [_mha_call(g, N, L, S, E, H) for H in (1, 2, 4)], points=2),
-        Case("keys != values", "different key and value tensors",
-             [_mha_call(g, 2, 3, 5, 12, 3, distinct_value=True)], points=1),
-        Case("masks", "masks of shape (L, S) and (N, 1, 1, S) (True = may attend)",
-             [_mha_call(g, N, L, S, E, 2, rand_mask(g, L, S)),
-              _mha_call(g, N, L, S, E, 4, rand_mask(g, N, 1, 1, S))], points=1),
-        Case("causal mask: no look-ahead", "with a causal mask, changing later tokens leaves earlier "
-             "outputs unchanged", _causal_pairs(g, [(2, 5, 8, 2, 2), (1, 6, 12, 4, 3)]), points=1,
-             judge=_future_invariance(index=None)),
-        Case("fully masked rows", "a query that may attend to nothing gets a zero output, never NaN",
-             _fully_masked_calls(g), points=1),
-        Case("large scores", "inputs of size about 30 (scores of order 1e3) give finite, correct outputs",
-             [_large_call(g)], points=1),
-        Case("equals the concatenation form", "in float64, the sum over heads equals "
-             "concat(heads) @ W_o to rounding error",
-             [as64(_mha_call(g, 2, 5, 7, 16, 4, distinct_value=True)),
-              as64(_mha_call(g, 1, 3, 4, 12, 3, rand_mask(g, 3, 4)))], points=2, judge=_equals_concat_form),
+        Case(
+            "fixed small case",
+            "self-attention, one sequence of 3 tokens of width 4, 2 heads",
+            [_mha_call(g, 1, 3, None, 4, 2, self_attention=True)],
+            points=1,
+        ),
+        Case(
+            "cross-attention, several head counts",
+            "L != S with H = 1, 2 and 4 heads",
+            [_mha_call(g, N, L, S, E, H) for H in (1, 2, 4)],
+            points=2,
+        ),
+        Case(
+            "keys != values",
+            "different key and value tensors",
+            [_mha_call(g, 2, 3, 5, 12, 3, distinct_value=True)],
+            points=1,
+        ),
+        Case(
+            "masks",
+            "masks of shape (L, S) and (N, 1, 1, S) (True = may attend)",
+            [_mha_call(g, N, L, S, E, 2, rand_mask(g, L, S)), _mha_call(g, N, L, S, E, 4, rand_mask(g, N, 1, 1, S))],
+            points=1,
+        ),
+        Case(
+            "causal mask: no look-ahead",
+            "with a causal mask, changing later tokens leaves earlier outputs unchanged",
+            _causal_pairs(g, [(2, 5, 8, 2, 2), (1, 6, 12, 4, 3)]),
+            points=1,
+            judge=_future_invariance(index=None),
+        ),
+        Case(
+            "fully masked rows",
+            "a query that may attend to nothing gets a zero output, never NaN",
+            _fully_masked_calls(g),
+            points=1,
+        ),
+        Case(
+            "large scores",
+            "inputs of size about 30 (scores of order 1e3) give finite, correct outputs",
+            [_large_call(g)],
+            points=1,
+        ),
+        Case(
+            "equals the concatenation form",
+            "in float64, the sum over heads equals concat(heads) @ W_o to rounding error",
+            [
+                as64(_mha_call(g, 2, 5, 7, 16, 4, distinct_value=True)),
+                as64(_mha_call(g, 1, 3, 4, 12, 3, rand_mask(g, 3, 4))),
+            ],
+            points=2,
+            judge=_equals_concat_form,
+        ),
     ]
 
 
@@ -504,13 +713,22 @@ EXERCISES = [
         make_cases=_split_cases,
         mistakes=[
             Mistake(_SPLIT_BARE_VIEW, _split_bare_view),
-            Mistake("reshaping to (N, L, H, D) but not transposing: the head axis must come before the "
-                    "token axis, (N, H, L, D); add .transpose(1, 2)", _split_no_transpose),
+            Mistake(
+                "reshaping to (N, L, H, D) but not transposing: the head axis must come before the "
+                "token axis, (N, H, L, D); add .transpose(1, 2)",
+                _split_no_transpose,
+            ),
             Mistake(_SPLIT_HEAD_MAJOR, _split_head_major),
-            Mistake("swapping H and D: reshaping to (N, L, D, H) (or using num_heads as the head width) "
-                    "gives H-wide pieces; reshape to (N, L, H, D) with D = E // H", _split_h_d_swapped),
-            Mistake("transposing the wrong axes: transpose(1, 2) swaps the token and head axes of "
-                    "(N, L, H, D); transpose(2, 3) swaps heads and features", _split_wrong_transpose),
+            Mistake(
+                "swapping H and D: reshaping to (N, L, D, H) (or using num_heads as the head width) "
+                "gives H-wide pieces; reshape to (N, L, H, D) with D = E // H",
+                _split_h_d_swapped,
+            ),
+            Mistake(
+                "transposing the wrong axes: transpose(1, 2) swaps the token and head axes of "
+                "(N, L, H, D); transpose(2, 3) swaps heads and features",
+                _split_wrong_transpose,
+            ),
         ],
     ),
     Exercise(
@@ -518,17 +736,29 @@ EXERCISES = [
         reference=merge_heads,
         make_cases=_merge_cases,
         mistakes=[
-            Mistake("reshaping (N, H, L, D) straight to (N, L, H*D) without transposing back: tokens are "
-                    "scrambled; first transpose(1, 2) to (N, L, H, D), then reshape", _merge_no_transpose),
-            Mistake("putting the axes in the wrong order before the reshape: the features come out "
-                    "interleaved (feature d of every head, then feature d+1, ...) instead of head 0's "
-                    "D features, then head 1's; transpose(1, 2) to (N, L, H, D)", _merge_interleaved),
-            Mistake("transposing the wrong axes (tokens and features, transpose(2, 3)) instead of the "
-                    "head and token axes (transpose(1, 2))", _merge_wrong_axes),
-            Mistake("averaging the heads instead of concatenating them: the output has width D instead of "
-                    "H * D", _merge_mean),
-            Mistake("summing the heads instead of concatenating them: the output has width D instead of "
-                    "H * D", _merge_sum),
+            Mistake(
+                "reshaping (N, H, L, D) straight to (N, L, H*D) without transposing back: tokens are "
+                "scrambled; first transpose(1, 2) to (N, L, H, D), then reshape",
+                _merge_no_transpose,
+            ),
+            Mistake(
+                "putting the axes in the wrong order before the reshape: the features come out "
+                "interleaved (feature d of every head, then feature d+1, ...) instead of head 0's "
+                "D features, then head 1's; transpose(1, 2) to (N, L, H, D)",
+                _merge_interleaved,
+            ),
+            Mistake(
+                "transposing the wrong axes (tokens and features, transpose(2, 3)) instead of the "
+                "head and token axes (transpose(1, 2))",
+                _merge_wrong_axes,
+            ),
+            Mistake(
+                "averaging the heads instead of concatenating them: the output has width D instead of H * D",
+                _merge_mean,
+            ),
+            Mistake(
+                "summing the heads instead of concatenating them: the output has width D instead of H * D", _merge_sum
+            ),
         ],
     ),
     Exercise(

@@ -68,7 +68,8 @@ def _pe_no_factor_two(num_positions: int, d_model: int) -> torch.Tensor:
 def _per_column(num_positions: int, d_model: int, power: float) -> torch.Tensor:
     j = torch.arange(d_model, dtype=torch.float64)
     angles = torch.arange(num_positions, dtype=torch.float64)[:, None] * torch.exp(
-        -math.log(10000.0) * power * j / d_model)  # (P, d): one frequency per column
+        -math.log(10000.0) * power * j / d_model
+    )  # (P, d): one frequency per column
     out = angles.sin()
     out[:, 1::2] = angles[:, 1::2].cos()
     return out.float()
@@ -111,35 +112,51 @@ def _pe_properties(calls: Sequence[Call], actual: Sequence[Any], expected: Seque
             return f"some entries lie outside [-1, 1] (largest |value| {float(a.abs().max()):.3g})"
         radius = a[:, 0::2] ** 2 + a[:, 1::2] ** 2  # (P, d/2)
         if not bool(torch.allclose(radius, torch.ones_like(radius), atol=1e-4)):
-            return ("columns 2i and 2i+1 are not a (sin, cos) pair of the same angle: "
-                    "PE[p, 2i]^2 + PE[p, 2i+1]^2 should be 1 for every p and i")
+            return (
+                "columns 2i and 2i+1 are not a (sin, cos) pair of the same angle: "
+                "PE[p, 2i]^2 + PE[p, 2i+1]^2 should be 1 for every p and i"
+            )
     return None
 
 
 def _pe_cases() -> list[Case]:
     return [
-        Case("fixed small case", "a table of 3 positions and width 4",
-             [Call((3, 4))], points=1),
-        Case("position 0", "a single position: the row is sin 0, cos 0, sin 0, ... = 0, 1, 0, 1, ...",
-             [Call((1, 2)), Call((1, 8))], points=1),
-        Case("d_model = 2", "the narrowest table: one (sin, cos) pair at frequency 1",
-             [Call((10, 2))], points=1),
-        Case("standard table", "50 positions, width 16: interleaving and every pair's frequency",
-             [Call((50, 16))], points=2),
-        Case("wide table", "a width of 128 (the slow pairs at the right of the table)",
-             [Call((40, 128))], points=2),
-        Case("long table", "300 positions, width 32 (large angles)",
-             [Call((300, 32))], points=1, atol=1e-3),
-        Case("bounded pairs", "every entry is in [-1, 1] and columns (2i, 2i+1) are the sine and "
-             "cosine of one angle", [Call((64, 24))], points=1, judge=_pe_properties),
+        Case("fixed small case", "a table of 3 positions and width 4", [Call((3, 4))], points=1),
+        Case(
+            "position 0",
+            "a single position: the row is sin 0, cos 0, sin 0, ... = 0, 1, 0, 1, ...",
+            [Call((1, 2)), Call((1, 8))],
+            points=1,
+        ),
+        Case("d_model = 2", "the narrowest table: one (sin, cos) pair at frequency 1", [Call((10, 2))], points=1),
+        Case(
+            "standard table",
+            "50 positions, width 16: interleaving and every pair's frequency",
+            [Call((50, 16))],
+            points=2,
+        ),
+        Case("wide table", "a width of 128 (the slow pairs at the right of the table)", [Call((40, 128))], points=2),
+        Case("long table", "300 positions, width 32 (large angles)", [Call((300, 32))], points=1, atol=1e-3),
+        Case(
+            "bounded pairs",
+            "every entry is in [-1, 1] and columns (2i, 2i+1) are the sine and cosine of one angle",
+            [Call((64, 24))],
+            points=1,
+            judge=_pe_properties,
+        ),
     ]
 
 
 # --- relative_position_matrix: classic mistakes -------------------------------------------------------
 
 
-def _rotation(offset: float, d_model: int, freqs: torch.Tensor, sign: float = 1.0,
-              pairs: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def _rotation(
+    offset: float,
+    d_model: int,
+    freqs: torch.Tensor,
+    sign: float = 1.0,
+    pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Block rotation in the reference's convention (sign=-1: blocks transposed)."""
     angle = offset * freqs
     cos, sin = angle.cos(), sign * angle.sin()
@@ -195,22 +212,35 @@ def _moves_rows(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence
             hint = ""
             if float((pe[p] @ M.to(torch.float64).T - pe[p + offset]).abs().max()) <= 1e-4:
                 hint = " (M.T would do it: M is built for column vectors, M @ PE[p], not PE[p] @ M)"
-            return (f"PE[p] @ M does not give PE[p + offset] for an offset of {offset:+d} "
-                    f"(largest error {err:.3g}){hint}")
+            return (
+                f"PE[p] @ M does not give PE[p + offset] for an offset of {offset:+d} (largest error {err:.3g}){hint}"
+            )
     return None
 
 
 def _rpm_cases() -> list[Case]:
     return [
         Case("offset 0", "offset 0 gives the identity matrix", [Call((0, 6))], points=1),
-        Case("fixed small case", "offsets 1 and 2 at widths 2 and 4",
-             [Call((1, 2)), Call((2, 4))], points=2),
-        Case("positive offsets", "positive offsets at widths 16 and 32 (every block's frequency)",
-             [Call((5, 16)), Call((12, 32)), Call((1, 10))], points=2),
-        Case("negative offsets", "negative offsets move back (checked together with a positive one)",
-             [Call((-3, 8)), Call((4, 8)), Call((-7, 12))], points=2),
-        Case("moves the table", "PE[p] @ M equals PE[p + offset] for every position p, "
-             "offsets of both signs", [Call((3, 16)), Call((-5, 10))], points=2, judge=_moves_rows),
+        Case("fixed small case", "offsets 1 and 2 at widths 2 and 4", [Call((1, 2)), Call((2, 4))], points=2),
+        Case(
+            "positive offsets",
+            "positive offsets at widths 16 and 32 (every block's frequency)",
+            [Call((5, 16)), Call((12, 32)), Call((1, 10))],
+            points=2,
+        ),
+        Case(
+            "negative offsets",
+            "negative offsets move back (checked together with a positive one)",
+            [Call((-3, 8)), Call((4, 8)), Call((-7, 12))],
+            points=2,
+        ),
+        Case(
+            "moves the table",
+            "PE[p] @ M equals PE[p + offset] for every position p, offsets of both signs",
+            [Call((3, 16)), Call((-5, 10))],
+            points=2,
+            judge=_moves_rows,
+        ),
     ]
 
 
@@ -222,24 +252,49 @@ EXERCISES = [
         reference=sinusoidal_positional_encoding,
         make_cases=_pe_cases,
         mistakes=[
-            Mistake("sin and cos swapped: even columns must hold the sines, odd columns the cosines "
-                    "(PE[p, 2i] = sin, PE[p, 2i+1] = cos)", _pe_swapped),
-            Mistake("sines and cosines not interleaved: all sines in the first half and all cosines in the "
-                    "second; pair i must sit in columns 2i (sin) and 2i+1 (cos)", _pe_concatenated),
-            Mistake("sines and cosines not interleaved (and swapped): cosines first, then sines; "
-                    "pair i must sit in columns 2i (sin) and 2i+1 (cos)", _pe_concatenated_swapped),
-            Mistake("wrong exponent: omega_i = 10000^(-i/d_model) with the pair index i; the exponent is "
-                    "2i/d_model, so the frequencies fall too slowly", _pe_no_factor_two),
-            Mistake("wrong exponent: 10000^(2j/d_model) with j the column index instead of the pair index i "
-                    "= j // 2; the two columns of a pair must share one frequency", _pe_column_index_times_two),
-            Mistake("one frequency per column, 10000^(-j/d_model) with j the column index: the cosine "
-                    "column 2i+1 must use the same frequency as the sine column 2i", _pe_column_index),
-            Mistake("positive exponent: multiplying the position by 10000^(2i/d_model) instead of dividing "
-                    "by it; the frequencies must fall from 1 to about 1/10000", _pe_positive_exponent),
-            Mistake("positions start at 1 instead of 0: row p must encode position p, so row 0 is "
-                    "0, 1, 0, 1, ...", _pe_from_one),
-            Mistake("the table is transposed: it must have one row per position, shape "
-                    "(num_positions, d_model)", _pe_transposed),
+            Mistake(
+                "sin and cos swapped: even columns must hold the sines, odd columns the cosines "
+                "(PE[p, 2i] = sin, PE[p, 2i+1] = cos)",
+                _pe_swapped,
+            ),
+            Mistake(
+                "sines and cosines not interleaved: all sines in the first half and all cosines in the "
+                "second; pair i must sit in columns 2i (sin) and 2i+1 (cos)",
+                _pe_concatenated,
+            ),
+            Mistake(
+                "sines and cosines not interleaved (and swapped): cosines first, then sines; "
+                "pair i must sit in columns 2i (sin) and 2i+1 (cos)",
+                _pe_concatenated_swapped,
+            ),
+            Mistake(
+                "wrong exponent: omega_i = 10000^(-i/d_model) with the pair index i; the exponent is "
+                "2i/d_model, so the frequencies fall too slowly",
+                _pe_no_factor_two,
+            ),
+            Mistake(
+                "wrong exponent: 10000^(2j/d_model) with j the column index instead of the pair index i "
+                "= j // 2; the two columns of a pair must share one frequency",
+                _pe_column_index_times_two,
+            ),
+            Mistake(
+                "one frequency per column, 10000^(-j/d_model) with j the column index: the cosine "
+                "column 2i+1 must use the same frequency as the sine column 2i",
+                _pe_column_index,
+            ),
+            Mistake(
+                "positive exponent: multiplying the position by 10000^(2i/d_model) instead of dividing "
+                "by it; the frequencies must fall from 1 to about 1/10000",
+                _pe_positive_exponent,
+            ),
+            Mistake(
+                "positions start at 1 instead of 0: row p must encode position p, so row 0 is 0, 1, 0, 1, ...",
+                _pe_from_one,
+            ),
+            Mistake(
+                "the table is transposed: it must have one row per position, shape (num_positions, d_model)",
+                _pe_transposed,
+            ),
         ],
         forbidden=(),
     ),
@@ -248,19 +303,31 @@ EXERCISES = [
         reference=relative_position_matrix,
         make_cases=_rpm_cases,
         mistakes=[
-            Mistake("rotation blocks transposed (the sine has the wrong sign): this M satisfies "
-                    "M @ PE[p] = PE[p + offset] for column vectors, but the course uses rows, "
-                    "PE[p] @ M = PE[p + offset]; it moves by -offset instead", _rpm_transposed),
-            Mistake("the sign of the offset is ignored: a negative offset must move back, "
-                    "M(-k) = M(k).T", _rpm_abs_offset),
-            Mistake("wrong frequency per block: omega_i = 10000^(-i/d_model); block i must turn by "
-                    "offset * 10000^(-2i/d_model)", _rpm_no_factor_two),
-            Mistake("wrong frequency per block: 10000^(-2j/d_model) with j = 2i the column index; block i "
-                    "must turn by offset * 10000^(-2i/d_model)", _rpm_column_index),
-            Mistake("every block turns by the angle offset, without the block's frequency omega_i",
-                    _rpm_no_frequency),
-            Mistake("blocks pair column i with column i + d_model/2 (the non-interleaved layout); "
-                    "pair i of the table is columns 2i and 2i+1", _rpm_concatenated),
+            Mistake(
+                "rotation blocks transposed (the sine has the wrong sign): this M satisfies "
+                "M @ PE[p] = PE[p + offset] for column vectors, but the course uses rows, "
+                "PE[p] @ M = PE[p + offset]; it moves by -offset instead",
+                _rpm_transposed,
+            ),
+            Mistake(
+                "the sign of the offset is ignored: a negative offset must move back, M(-k) = M(k).T", _rpm_abs_offset
+            ),
+            Mistake(
+                "wrong frequency per block: omega_i = 10000^(-i/d_model); block i must turn by "
+                "offset * 10000^(-2i/d_model)",
+                _rpm_no_factor_two,
+            ),
+            Mistake(
+                "wrong frequency per block: 10000^(-2j/d_model) with j = 2i the column index; block i "
+                "must turn by offset * 10000^(-2i/d_model)",
+                _rpm_column_index,
+            ),
+            Mistake("every block turns by the angle offset, without the block's frequency omega_i", _rpm_no_frequency),
+            Mistake(
+                "blocks pair column i with column i + d_model/2 (the non-interleaved layout); "
+                "pair i of the table is columns 2i and 2i+1",
+                _rpm_concatenated,
+            ),
         ],
         forbidden=(),
     ),

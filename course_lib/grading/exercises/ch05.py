@@ -103,34 +103,47 @@ def _ln_one_pass(x, gamma, beta, eps=1e-5):
 
 
 _LN_MISTAKES = [
-    Mistake("unbiased variance (dividing by E - 1, the default of torch.var / Tensor.std): layer norm "
-            "divides by E, so every value comes out too small by sqrt((E-1)/E)", _ln_unbiased),
-    Mistake("eps added outside the square root, (x - mu) / (sqrt(var) + eps): it must go inside, "
-            "(x - mu) / sqrt(var + eps); the two differ when the variance is small or eps large",
-            _ln_eps_outside),
-    Mistake("normalising over the batch (dim 0) instead of the features (the last dim): that is "
-            "batch normalisation, and each token would depend on the others", _ln_dim0),
-    Mistake("normalising over all dims at once: the mean and variance must be computed per token, "
-            "over the last dim only (keepdim=True)", _ln_all_dims),
-    Mistake("gamma and beta are ignored: after standardising, multiply by gamma and add beta",
-            _ln_no_affine),
-    Mistake("gamma and beta swapped: the output is gamma * x_hat + beta (gamma scales, beta shifts)",
-            _ln_swapped),
+    Mistake(
+        "unbiased variance (dividing by E - 1, the default of torch.var / Tensor.std): layer norm "
+        "divides by E, so every value comes out too small by sqrt((E-1)/E)",
+        _ln_unbiased,
+    ),
+    Mistake(
+        "eps added outside the square root, (x - mu) / (sqrt(var) + eps): it must go inside, "
+        "(x - mu) / sqrt(var + eps); the two differ when the variance is small or eps large",
+        _ln_eps_outside,
+    ),
+    Mistake(
+        "normalising over the batch (dim 0) instead of the features (the last dim): that is "
+        "batch normalisation, and each token would depend on the others",
+        _ln_dim0,
+    ),
+    Mistake(
+        "normalising over all dims at once: the mean and variance must be computed per token, "
+        "over the last dim only (keepdim=True)",
+        _ln_all_dims,
+    ),
+    Mistake("gamma and beta are ignored: after standardising, multiply by gamma and add beta", _ln_no_affine),
+    Mistake("gamma and beta swapped: the output is gamma * x_hat + beta (gamma scales, beta shifts)", _ln_swapped),
     Mistake("beta is never added: the output is gamma * x_hat + beta", _ln_no_beta),
     Mistake("gamma is never applied: the output is gamma * x_hat + beta", _ln_no_gamma),
-    Mistake("beta added before multiplying by gamma, (x_hat + beta) * gamma: the output is "
-            "gamma * x_hat + beta", _ln_beta_first),
-    Mistake("the eps argument is ignored (a fixed 1e-5 is used): use the eps you are given",
-            _ln_fixed_eps),
-    Mistake("no eps at all: a row of equal values (variance 0) divides 0 by 0 and gives NaN; "
-            "use sqrt(var + eps)", _ln_no_eps),
-    Mistake("dividing by the variance instead of its square root, the standard deviation",
-            _ln_by_variance),
-    Mistake("the mean is never subtracted from x: the output must be (x - mu) / sqrt(var + eps)",
-            _ln_not_centred),
-    Mistake("one-pass variance mean(x^2) - mean(x)^2: for values near 1e4 the two terms are huge and "
-            "nearly equal, their difference loses all its digits (catastrophic cancellation); "
-            "subtract the mean first, then average the squares", _ln_one_pass),
+    Mistake(
+        "beta added before multiplying by gamma, (x_hat + beta) * gamma: the output is gamma * x_hat + beta",
+        _ln_beta_first,
+    ),
+    Mistake("the eps argument is ignored (a fixed 1e-5 is used): use the eps you are given", _ln_fixed_eps),
+    Mistake(
+        "no eps at all: a row of equal values (variance 0) divides 0 by 0 and gives NaN; use sqrt(var + eps)",
+        _ln_no_eps,
+    ),
+    Mistake("dividing by the variance instead of its square root, the standard deviation", _ln_by_variance),
+    Mistake("the mean is never subtracted from x: the output must be (x - mu) / sqrt(var + eps)", _ln_not_centred),
+    Mistake(
+        "one-pass variance mean(x^2) - mean(x)^2: for values near 1e4 the two terms are huge and "
+        "nearly equal, their difference loses all its digits (catastrophic cancellation); "
+        "subtract the mean first, then average the squares",
+        _ln_one_pass,
+    ),
 ]
 
 
@@ -162,8 +175,10 @@ def _standardised(calls: Sequence[Call], actual: Sequence[Any], expected: Sequen
         var_y = y.var(dim=-1, unbiased=False)
         err = float((var_y - target).abs().max())
         if err > 1e-3:
-            return ("with gamma = 1 and beta = 0 the rows should have variance 1 (biased, over the last dim); "
-                    f"off by up to {err:.3g}")
+            return (
+                "with gamma = 1 and beta = 0 the rows should have variance 1 (biased, over the last dim); "
+                f"off by up to {err:.3g}"
+            )
     return None
 
 
@@ -179,25 +194,54 @@ def _ln_cases() -> list[Case]:
     const = torch.tensor([[2.5, 2.5, 2.5, 2.5], [0.0, 0.0, 0.0, 0.0], [1.0, -1.0, 1.0, -1.0]])
     big = 1e4 + randn(g, 3, 10, scale=3.0)
     return [
-        Case("fixed small case", "a 2 x 6 input with a gain and a bias",
-             [Call((x_small, gamma, beta))], points=1),
-        Case("random shapes", "2-d and 3-d inputs (tokens x features, batch x tokens x features)",
-             [Call((randn(g, 4, 5, scale=3.0) + 2.0, g3, b3)),
-              Call((randn(g, 2, 3, 10, scale=2.0) - 1.0, g10, b10))], points=2),
-        Case("extra batch dims", "a 4-d input: statistics over the last dim only",
-             [Call((randn(g, 2, 3, 2, 4, scale=2.0), g4, b4))], points=1),
-        Case("eps argument", "a large eps passed explicitly (eps=0.5 and eps=1e-2)",
-             [Call((randn(g, 3, 5) * 0.5, g3, b3), {"eps": 0.5}),
-              Call((randn(g, 4, 10), g10, b10), {"eps": 1e-2})], points=2),
-        Case("small variance", "rows whose variance is far below eps (the default eps=1e-5)",
-             [Call((tiny, g3, b3))], points=1),
-        Case("constant rows", "a row of equal values has variance 0: its output is beta, not NaN",
-             [Call((const, g4, b4))], points=1),
-        Case("large magnitudes", "values near 1e4 with a spread of a few units (centre before squaring)",
-             [Call((big, g10, b10))], points=1, atol=5e-3),
-        Case("standardised rows", "with gamma = 1 and beta = 0, every row has mean 0 and variance 1",
-             [Call((randn(g, 5, 4, scale=4.0) + 3.0, torch.ones(4), torch.zeros(4))),
-              Call((randn(g, 2, 3, 7), torch.ones(7), torch.zeros(7)))], points=1, judge=_standardised),
+        Case("fixed small case", "a 2 x 6 input with a gain and a bias", [Call((x_small, gamma, beta))], points=1),
+        Case(
+            "random shapes",
+            "2-d and 3-d inputs (tokens x features, batch x tokens x features)",
+            [Call((randn(g, 4, 5, scale=3.0) + 2.0, g3, b3)), Call((randn(g, 2, 3, 10, scale=2.0) - 1.0, g10, b10))],
+            points=2,
+        ),
+        Case(
+            "extra batch dims",
+            "a 4-d input: statistics over the last dim only",
+            [Call((randn(g, 2, 3, 2, 4, scale=2.0), g4, b4))],
+            points=1,
+        ),
+        Case(
+            "eps argument",
+            "a large eps passed explicitly (eps=0.5 and eps=1e-2)",
+            [Call((randn(g, 3, 5) * 0.5, g3, b3), {"eps": 0.5}), Call((randn(g, 4, 10), g10, b10), {"eps": 1e-2})],
+            points=2,
+        ),
+        Case(
+            "small variance",
+            "rows whose variance is far below eps (the default eps=1e-5)",
+            [Call((tiny, g3, b3))],
+            points=1,
+        ),
+        Case(
+            "constant rows",
+            "a row of equal values has variance 0: its output is beta, not NaN",
+            [Call((const, g4, b4))],
+            points=1,
+        ),
+        Case(
+            "large magnitudes",
+            "values near 1e4 with a spread of a few units (centre before squaring)",
+            [Call((big, g10, b10))],
+            points=1,
+            atol=5e-3,
+        ),
+        Case(
+            "standardised rows",
+            "with gamma = 1 and beta = 0, every row has mean 0 and variance 1",
+            [
+                Call((randn(g, 5, 4, scale=4.0) + 3.0, torch.ones(4), torch.zeros(4))),
+                Call((randn(g, 2, 3, 7), torch.ones(7), torch.zeros(7))),
+            ],
+            points=1,
+            judge=_standardised,
+        ),
     ]
 
 
@@ -245,17 +289,39 @@ def _an_cases() -> list[Case]:
     s_fixed = torch.tensor([[0.5, 0.5, -1.0, 2.0, 1.0, 0.0], [-2.0, 1.0, 3.0, 0.0, 0.5, 1.0]])
     x_cancel = randn(g, 3, 4)
     return [
-        Case("fixed small case", "a 2 x 6 input and sublayer output with a gain and a bias",
-             [Call((x_fixed, s_fixed, g6, b6))], points=2),
-        Case("random shapes", "(N, T, E) and 4-d inputs of different scales",
-             [Call((randn(g, 2, 5, 8, scale=2.0), randn(g, 2, 5, 8, scale=0.5) + 1.0, g8, b8)),
-              Call((randn(g, 2, 2, 3, 6), randn(g, 2, 2, 3, 6, scale=3.0), g6, b6))], points=2),
-        Case("residual matters", "a sublayer output much smaller than x (x must be added before normalising)",
-             [Call((randn(g, 3, 7, 8, scale=2.0), randn(g, 3, 7, 8, scale=0.01), g8, b8))], points=1),
-        Case("eps argument", "eps=0.1 passed explicitly",
-             [Call((randn(g, 4, 6), randn(g, 4, 6), g6, b6), {"eps": 0.1})], points=1),
-        Case("cancelling sum", "a sublayer output equal to -x: the sum is 0 and the output is beta, not NaN",
-             [Call((x_cancel, -x_cancel, g4, b4))], points=1),
+        Case(
+            "fixed small case",
+            "a 2 x 6 input and sublayer output with a gain and a bias",
+            [Call((x_fixed, s_fixed, g6, b6))],
+            points=2,
+        ),
+        Case(
+            "random shapes",
+            "(N, T, E) and 4-d inputs of different scales",
+            [
+                Call((randn(g, 2, 5, 8, scale=2.0), randn(g, 2, 5, 8, scale=0.5) + 1.0, g8, b8)),
+                Call((randn(g, 2, 2, 3, 6), randn(g, 2, 2, 3, 6, scale=3.0), g6, b6)),
+            ],
+            points=2,
+        ),
+        Case(
+            "residual matters",
+            "a sublayer output much smaller than x (x must be added before normalising)",
+            [Call((randn(g, 3, 7, 8, scale=2.0), randn(g, 3, 7, 8, scale=0.01), g8, b8))],
+            points=1,
+        ),
+        Case(
+            "eps argument",
+            "eps=0.1 passed explicitly",
+            [Call((randn(g, 4, 6), randn(g, 4, 6), g6, b6), {"eps": 0.1})],
+            points=1,
+        ),
+        Case(
+            "cancelling sum",
+            "a sublayer output equal to -x: the sum is 0 and the output is beta, not NaN",
+            [Call((x_cancel, -x_cancel, g4, b4))],
+            points=1,
+        ),
     ]
 
 
@@ -274,18 +340,29 @@ EXERCISES = [
         reference=add_and_norm,
         make_cases=_an_cases,
         mistakes=[
-            Mistake("normalising before the addition, x + layer_norm(sublayer_output): post-LN adds first, "
-                    "layer_norm(x + sublayer_output)", _an_norm_first),
-            Mistake("normalising x before the addition, layer_norm(x) + sublayer_output: post-LN adds first, "
-                    "layer_norm(x + sublayer_output)", _an_norm_input),
-            Mistake("the residual connection is missing: x must be added to the sublayer output before "
-                    "normalising", _an_no_residual),
+            Mistake(
+                "normalising before the addition, x + layer_norm(sublayer_output): post-LN adds first, "
+                "layer_norm(x + sublayer_output)",
+                _an_norm_first,
+            ),
+            Mistake(
+                "normalising x before the addition, layer_norm(x) + sublayer_output: post-LN adds first, "
+                "layer_norm(x + sublayer_output)",
+                _an_norm_input,
+            ),
+            Mistake(
+                "the residual connection is missing: x must be added to the sublayer output before normalising",
+                _an_no_residual,
+            ),
             Mistake("the layer norm is missing: the sum x + sublayer_output must be normalised", _an_no_norm),
             Mistake("the sublayer output is never used: normalise x + sublayer_output", _an_only_x),
             Mistake("the eps argument is not passed on to layer_norm", _an_fixed_eps),
             Mistake("gamma and beta swapped when calling layer_norm", _an_swapped),
-            Mistake("x and the sublayer output are normalised separately and then added: add first, "
-                    "then normalise the sum once", _an_norm_both),
+            Mistake(
+                "x and the sublayer output are normalised separately and then added: add first, "
+                "then normalise the sum once",
+                _an_norm_both,
+            ),
         ],
         forbidden=_FORBIDDEN,
     ),

@@ -55,8 +55,9 @@ def _pad_from_lengths(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return torch.arange(tokens.shape[-1])[None, :] < lengths[:, None]
 
 
-def _padded_batch(g: torch.Generator, lengths: Sequence[int], S: int, pad_id: int, vocab: int,
-                  left: bool = False) -> torch.Tensor:
+def _padded_batch(
+    g: torch.Generator, lengths: Sequence[int], S: int, pad_id: int, vocab: int, left: bool = False
+) -> torch.Tensor:
     """Random token ids (never ``pad_id``, often 0) padded with ``pad_id`` to length ``S``."""
     rows = []
     for n in lengths:
@@ -71,17 +72,32 @@ def _padding_mask_cases() -> list[Case]:
     g = rng(600)
     fixed = torch.tensor([[4, 7, 2, 0, 0], [9, 0, 0, 0, 0], [3, 5, 6, 8, 1]])
     return [
-        Case("fixed small batch", "a batch of 3 sequences of length 5 padded with id 0",
-             [Call((fixed, 0))], points=1),
-        Case("other pad ids", "pad ids other than 0, with 0 used as a real token id",
-             [Call((torch.tensor([[0, 5, 3, 1, 1, 1], [2, 0, 0, 4, 1, 1]]), 1)),
-              Call((_padded_batch(g, [7, 2, 5, 4], 7, pad_id=12, vocab=13), 12))], points=2),
-        Case("random batches", "random batches of varied sizes and pad ids, with and without padding",
-             [Call((_padded_batch(g, [3, 9, 1, 6], 9, pad_id=2, vocab=20), 2)),
-              Call((_padded_batch(g, [3], 3, pad_id=5, vocab=8), 5)),
-              Call((_padded_batch(g, [1, 0, 1], 1, pad_id=3, vocab=6), 3))], points=2),
-        Case("left padding", "padding at the start of each sequence is marked too (not only at the end)",
-             [Call((_padded_batch(g, [2, 6, 4], 6, pad_id=1, vocab=10, left=True), 1))], points=1),
+        Case("fixed small batch", "a batch of 3 sequences of length 5 padded with id 0", [Call((fixed, 0))], points=1),
+        Case(
+            "other pad ids",
+            "pad ids other than 0, with 0 used as a real token id",
+            [
+                Call((torch.tensor([[0, 5, 3, 1, 1, 1], [2, 0, 0, 4, 1, 1]]), 1)),
+                Call((_padded_batch(g, [7, 2, 5, 4], 7, pad_id=12, vocab=13), 12)),
+            ],
+            points=2,
+        ),
+        Case(
+            "random batches",
+            "random batches of varied sizes and pad ids, with and without padding",
+            [
+                Call((_padded_batch(g, [3, 9, 1, 6], 9, pad_id=2, vocab=20), 2)),
+                Call((_padded_batch(g, [3], 3, pad_id=5, vocab=8), 5)),
+                Call((_padded_batch(g, [1, 0, 1], 1, pad_id=3, vocab=6), 3)),
+            ],
+            points=2,
+        ),
+        Case(
+            "left padding",
+            "padding at the start of each sequence is marked too (not only at the end)",
+            [Call((_padded_batch(g, [2, 6, 4], 6, pad_id=1, vocab=10, left=True), 1))],
+            points=1,
+        ),
     ]
 
 
@@ -140,8 +156,10 @@ def _future_invariance(calls: Sequence[Call], actual: Sequence[Any], expected: S
             outs.append(torch.softmax(scores, dim=-1) @ vv)  # (L, 3)
         leaks = [l for l in range(L - 1) if not torch.allclose(outs[0][l], outs[1][l], atol=1e-6)]
         if leaks:
-            return (f"used as an attention mask, it lets query position {leaks[0]} see a later key: "
-                    "changing the last token changes the outputs at earlier positions")
+            return (
+                f"used as an attention mask, it lets query position {leaks[0]} see a later key: "
+                "changing the last token changes the outputs at earlier positions"
+            )
         if L > 1 and torch.allclose(outs[0][-1], outs[1][-1], atol=1e-6):
             return "used as an attention mask, it stops the last query from seeing its own position"
     return None
@@ -149,14 +167,17 @@ def _future_invariance(calls: Sequence[Call], actual: Sequence[Any], expected: S
 
 def _causal_mask_cases() -> list[Case]:
     return [
-        Case("sizes 1 and 2", "the smallest masks (a token always sees itself)",
-             [Call((1,)), Call((2,))], points=1),
-        Case("size 5", "a 5 x 5 mask: True on and below the diagonal, bool",
-             [Call((5,))], points=2),
+        Case("sizes 1 and 2", "the smallest masks (a token always sees itself)", [Call((1,)), Call((2,))], points=1),
+        Case("size 5", "a 5 x 5 mask: True on and below the diagonal, bool", [Call((5,))], points=2),
         Case("size 7", "a 7 x 7 mask", [Call((7,))], points=2),
         Case("larger sizes", "masks of sizes 3 and 64", [Call((3,)), Call((64,))], points=1),
-        Case("no peeking at the future", "used in attention, later tokens do not change earlier outputs",
-             [Call((4,)), Call((6,))], points=1, judge=_future_invariance),
+        Case(
+            "no peeking at the future",
+            "used in attention, later tokens do not change earlier outputs",
+            [Call((4,)), Call((6,))],
+            points=1,
+            judge=_future_invariance,
+        ),
     ]
 
 
@@ -219,7 +240,7 @@ def _position_wise(perm: torch.Tensor, pos: int):
         y, y_perm, y_one = actual
         if not torch.allclose(y_perm, y[:, perm], atol=1e-5, rtol=1e-4):
             return "shuffling the positions of x does not just shuffle the outputs: positions influence each other"
-        if not torch.allclose(y_one, y[:, pos:pos + 1], atol=1e-5, rtol=1e-4):
+        if not torch.allclose(y_one, y[:, pos : pos + 1], atol=1e-5, rtol=1e-4):
             return "one position passed alone gives a different output than inside the sequence"
         return None
 
@@ -229,33 +250,63 @@ def _position_wise(perm: torch.Tensor, pos: int):
 def _ffn_args(g: torch.Generator, x_shape: Sequence[int], F: int, E_out: int | None = None) -> tuple:
     E = x_shape[-1]
     E_out = E if E_out is None else E_out
-    return (randn(g, *x_shape), randn(g, E, F, scale=E ** -0.5), randn(g, F, scale=0.5),
-            randn(g, F, E_out, scale=F ** -0.5), randn(g, E_out, scale=0.5))
+    return (
+        randn(g, *x_shape),
+        randn(g, E, F, scale=E**-0.5),
+        randn(g, F, scale=0.5),
+        randn(g, F, E_out, scale=F**-0.5),
+        randn(g, E_out, scale=0.5),
+    )
 
 
 def _ffn_cases() -> list[Case]:
     g = rng(620)
-    fixed = (torch.tensor([[1.0, -2.0, 0.5], [0.0, 1.0, -1.0]]),  # x: (2, 3)
-             torch.tensor([[1.0, 0.0, -1.0, 2.0], [0.5, -1.0, 0.0, 1.0], [-1.0, 2.0, 1.0, 0.0]]),  # W_1: (3, 4)
-             torch.tensor([0.1, -0.2, 0.3, -0.4]),  # b_1: (4,)
-             torch.tensor([[1.0, -1.0, 0.0], [0.0, 2.0, 1.0], [-1.0, 0.5, 1.0], [0.5, 0.0, -2.0]]),  # W_2: (4, 3)
-             torch.tensor([0.5, 0.0, -0.5]))  # b_2: (3,)
+    fixed = (
+        torch.tensor([[1.0, -2.0, 0.5], [0.0, 1.0, -1.0]]),  # x: (2, 3)
+        torch.tensor([[1.0, 0.0, -1.0, 2.0], [0.5, -1.0, 0.0, 1.0], [-1.0, 2.0, 1.0, 0.0]]),  # W_1: (3, 4)
+        torch.tensor([0.1, -0.2, 0.3, -0.4]),  # b_1: (4,)
+        torch.tensor([[1.0, -1.0, 0.0], [0.0, 2.0, 1.0], [-1.0, 0.5, 1.0], [0.5, 0.0, -2.0]]),  # W_2: (4, 3)
+        torch.tensor([0.5, 0.0, -0.5]),
+    )  # b_2: (3,)
     x, W_1, b_1, W_2, b_2 = _ffn_args(g, (2, 5, 4), F=6)
     perm = torch.tensor([3, 0, 4, 1, 2])
     return [
-        Case("fixed small case", "2 positions, E = 3, F = 4",
-             [Call(fixed)], points=1),
-        Case("batch of sequences", "x of shape (N, S, E) with a hidden width F != E",
-             [Call(_ffn_args(g, (2, 5, 4), F=12)), Call(_ffn_args(g, (3, 2, 8), F=32))], points=2),
-        Case("extra batch dims", "x with two leading batch dims and a single position x of shape (E,)",
-             [Call(_ffn_args(g, (2, 3, 4, 6), F=10)), Call(_ffn_args(g, (5,), F=7))], points=2),
-        Case("output width", "W_2 maps to a width different from the input's (E_out != E)",
-             [Call(_ffn_args(g, (3, 4, 5), F=8, E_out=2))], points=1),
-        Case("square weights", "E = F = E_out, where a transposed or swapped weight still runs",
-             [Call(_ffn_args(g, (2, 4, 6), F=6))], points=2),
-        Case("position-wise", "shuffling positions shuffles the outputs; one position alone gives the same",
-             [Call((x, W_1, b_1, W_2, b_2)), Call((x[:, perm], W_1, b_1, W_2, b_2)),
-              Call((x[:, 2:3], W_1, b_1, W_2, b_2))], points=1, judge=_position_wise(perm, 2)),
+        Case("fixed small case", "2 positions, E = 3, F = 4", [Call(fixed)], points=1),
+        Case(
+            "batch of sequences",
+            "x of shape (N, S, E) with a hidden width F != E",
+            [Call(_ffn_args(g, (2, 5, 4), F=12)), Call(_ffn_args(g, (3, 2, 8), F=32))],
+            points=2,
+        ),
+        Case(
+            "extra batch dims",
+            "x with two leading batch dims and a single position x of shape (E,)",
+            [Call(_ffn_args(g, (2, 3, 4, 6), F=10)), Call(_ffn_args(g, (5,), F=7))],
+            points=2,
+        ),
+        Case(
+            "output width",
+            "W_2 maps to a width different from the input's (E_out != E)",
+            [Call(_ffn_args(g, (3, 4, 5), F=8, E_out=2))],
+            points=1,
+        ),
+        Case(
+            "square weights",
+            "E = F = E_out, where a transposed or swapped weight still runs",
+            [Call(_ffn_args(g, (2, 4, 6), F=6))],
+            points=2,
+        ),
+        Case(
+            "position-wise",
+            "shuffling positions shuffles the outputs; one position alone gives the same",
+            [
+                Call((x, W_1, b_1, W_2, b_2)),
+                Call((x[:, perm], W_1, b_1, W_2, b_2)),
+                Call((x[:, 2:3], W_1, b_1, W_2, b_2)),
+            ],
+            points=1,
+            judge=_position_wise(perm, 2),
+        ),
     ]
 
 
@@ -352,8 +403,9 @@ def _nan_or_zero(calls: Sequence[Call], actual: Sequence[Any], expected: Sequenc
     return None
 
 
-def _targets(g: torch.Generator, N: int, C: int, ignored: Sequence[int] = (), ignore_index: int = -100,
-             avoid: int | None = None) -> torch.Tensor:
+def _targets(
+    g: torch.Generator, N: int, C: int, ignored: Sequence[int] = (), ignore_index: int = -100, avoid: int | None = None
+) -> torch.Tensor:
     t = torch.randint(0, C, (N,), generator=g)
     if avoid is not None:
         t = torch.where(t == avoid, (avoid + 1) % C, t)
@@ -363,32 +415,70 @@ def _targets(g: torch.Generator, N: int, C: int, ignored: Sequence[int] = (), ig
 
 def _label_smoothing_cases() -> list[Case]:
     g = rng(630)
-    big = torch.tensor([[1e4, 1e4 - 1.0, -1e4, 0.0, 5e3],
-                        [-1e4, -1e4 + 2.0, -1e4 + 1.0, -1e4, -1e4],
-                        [2e4, 0.0, -2e4, 1e4, 3.0]])
+    big = torch.tensor(
+        [[1e4, 1e4 - 1.0, -1e4, 0.0, 5e3], [-1e4, -1e4 + 2.0, -1e4 + 1.0, -1e4, -1e4], [2e4, 0.0, -2e4, 1e4, 3.0]]
+    )
     return [
-        Case("fixed small case", "one row with 4 classes and smoothing 0.1",
-             [Call((torch.tensor([[1.0, 0.5, 2.5, -1.0]]), torch.tensor([2]), 0.1))], points=1),
-        Case("random batches", "random logits of varied sizes (C = 2 included) and smoothing values",
-             [Call((randn(g, 6, 5, scale=2.0), _targets(g, 6, 5), 0.1)),
-              Call((randn(g, 9, 13, scale=3.0), _targets(g, 9, 13), 0.25)),
-              Call((randn(g, 4, 2), _targets(g, 4, 2), 0.3))], points=2),
-        Case("smoothing 0 and 1", "smoothing 0 (plain cross-entropy) and 1 (uniform target)",
-             [Call((randn(g, 5, 7, scale=2.0), _targets(g, 5, 7), 0.0)),
-              Call((randn(g, 5, 7, scale=2.0), _targets(g, 5, 7), 1.0))], points=1),
-        Case("ignored rows", "rows whose target is the default ignore_index -100 are left out of the mean",
-             [Call((randn(g, 8, 6, scale=2.0), _targets(g, 8, 6, ignored=[1, 5, 6]), 0.1)),
-              Call((randn(g, 3, 4), _targets(g, 3, 4, ignored=[0]), 0.2))], points=2),
-        Case("ignore_index = pad id", "an ignore_index that is a real class id (<pad> = 0) is left out",
-             [Call((randn(g, 7, 5, scale=2.0), _targets(g, 7, 5, ignored=[2, 3, 6], ignore_index=0, avoid=0),
-                    0.1), {"ignore_index": 0}),
-              Call((randn(g, 6, 9, scale=2.0), _targets(g, 6, 9, ignored=[0, 4], ignore_index=8, avoid=8),
-                    0.2, 8))], points=2),
-        Case("large logits", "logits of magnitude 1e4 give a finite, correct loss (stable log-softmax)",
-             [Call((big, torch.tensor([0, 1, 3]), 0.1))], points=2, atol=1e-3),
-        Case("every row ignored", "a batch whose targets are all ignored gives NaN (like F.cross_entropy) "
-             "or 0, not an error", [Call((randn(g, 3, 4), torch.full((3,), -100), 0.1))],
-             points=1, judge=_nan_or_zero),
+        Case(
+            "fixed small case",
+            "one row with 4 classes and smoothing 0.1",
+            [Call((torch.tensor([[1.0, 0.5, 2.5, -1.0]]), torch.tensor([2]), 0.1))],
+            points=1,
+        ),
+        Case(
+            "random batches",
+            "random logits of varied sizes (C = 2 included) and smoothing values",
+            [
+                Call((randn(g, 6, 5, scale=2.0), _targets(g, 6, 5), 0.1)),
+                Call((randn(g, 9, 13, scale=3.0), _targets(g, 9, 13), 0.25)),
+                Call((randn(g, 4, 2), _targets(g, 4, 2), 0.3)),
+            ],
+            points=2,
+        ),
+        Case(
+            "smoothing 0 and 1",
+            "smoothing 0 (plain cross-entropy) and 1 (uniform target)",
+            [
+                Call((randn(g, 5, 7, scale=2.0), _targets(g, 5, 7), 0.0)),
+                Call((randn(g, 5, 7, scale=2.0), _targets(g, 5, 7), 1.0)),
+            ],
+            points=1,
+        ),
+        Case(
+            "ignored rows",
+            "rows whose target is the default ignore_index -100 are left out of the mean",
+            [
+                Call((randn(g, 8, 6, scale=2.0), _targets(g, 8, 6, ignored=[1, 5, 6]), 0.1)),
+                Call((randn(g, 3, 4), _targets(g, 3, 4, ignored=[0]), 0.2)),
+            ],
+            points=2,
+        ),
+        Case(
+            "ignore_index = pad id",
+            "an ignore_index that is a real class id (<pad> = 0) is left out",
+            [
+                Call(
+                    (randn(g, 7, 5, scale=2.0), _targets(g, 7, 5, ignored=[2, 3, 6], ignore_index=0, avoid=0), 0.1),
+                    {"ignore_index": 0},
+                ),
+                Call((randn(g, 6, 9, scale=2.0), _targets(g, 6, 9, ignored=[0, 4], ignore_index=8, avoid=8), 0.2, 8)),
+            ],
+            points=2,
+        ),
+        Case(
+            "large logits",
+            "logits of magnitude 1e4 give a finite, correct loss (stable log-softmax)",
+            [Call((big, torch.tensor([0, 1, 3]), 0.1))],
+            points=2,
+            atol=1e-3,
+        ),
+        Case(
+            "every row ignored",
+            "a batch whose targets are all ignored gives NaN (like F.cross_entropy) or 0, not an error",
+            [Call((randn(g, 3, 4), torch.full((3,), -100), 0.1))],
+            points=1,
+            judge=_nan_or_zero,
+        ),
     ]
 
 
@@ -400,24 +490,43 @@ EXERCISES = [
         reference=padding_mask,
         make_cases=_padding_mask_cases,
         mistakes=[
-            Mistake("the mask is inverted: it is True at the padding. Here True = may attend, so the real "
-                    "tokens are True (nn.MultiheadAttention's key_padding_mask uses the opposite convention)",
-                    _pad_inverted),
-            Mistake("comparing the tokens with 0 instead of pad_id: the mask is only right when the padding "
-                    "id happens to be 0", _pad_vs_zero),
-            Mistake("the mask is inverted (True at the padding) and compares with 0 instead of pad_id",
-                    _pad_inverted_vs_zero),
-            Mistake("returning shape (N, 1, S): the function returns the (N, S) mask; add the broadcast dims "
-                    "where the mask is used (mask[:, None, None, :])", _pad_n1s),
-            Mistake("returning shape (N, 1, 1, S): the function returns the (N, S) mask; add the broadcast "
-                    "dims where the mask is used (mask[:, None, None, :])", _pad_n11s),
+            Mistake(
+                "the mask is inverted: it is True at the padding. Here True = may attend, so the real "
+                "tokens are True (nn.MultiheadAttention's key_padding_mask uses the opposite convention)",
+                _pad_inverted,
+            ),
+            Mistake(
+                "comparing the tokens with 0 instead of pad_id: the mask is only right when the padding "
+                "id happens to be 0",
+                _pad_vs_zero,
+            ),
+            Mistake(
+                "the mask is inverted (True at the padding) and compares with 0 instead of pad_id",
+                _pad_inverted_vs_zero,
+            ),
+            Mistake(
+                "returning shape (N, 1, S): the function returns the (N, S) mask; add the broadcast dims "
+                "where the mask is used (mask[:, None, None, :])",
+                _pad_n1s,
+            ),
+            Mistake(
+                "returning shape (N, 1, 1, S): the function returns the (N, S) mask; add the broadcast "
+                "dims where the mask is used (mask[:, None, None, :])",
+                _pad_n11s,
+            ),
             Mistake("the mask is transposed: shape (S, N) instead of (N, S)", _pad_transposed),
-            Mistake("returning a float tensor of 0s and 1s instead of a bool mask (masked_fill and ~ need bool)",
-                    _pad_float),
-            Mistake("returning an integer tensor of 0s and 1s instead of a bool mask (masked_fill and ~ need "
-                    "bool)", _pad_long),
-            Mistake("computing lengths and assuming all padding sits at the end: padding at the start (left "
-                    "padding) is marked wrongly; compare every token with pad_id instead", _pad_from_lengths),
+            Mistake(
+                "returning a float tensor of 0s and 1s instead of a bool mask (masked_fill and ~ need bool)", _pad_float
+            ),
+            Mistake(
+                "returning an integer tensor of 0s and 1s instead of a bool mask (masked_fill and ~ need bool)",
+                _pad_long,
+            ),
+            Mistake(
+                "computing lengths and assuming all padding sits at the end: padding at the start (left "
+                "padding) is marked wrongly; compare every token with pad_id instead",
+                _pad_from_lengths,
+            ),
         ],
     ),
     Exercise(
@@ -425,22 +534,35 @@ EXERCISES = [
         reference=causal_mask,
         make_cases=_causal_mask_cases,
         mistakes=[
-            Mistake("the diagonal is left out (tril with diagonal=-1): a token must be allowed to attend to "
-                    "itself, and the first query would see no key at all", _causal_no_diagonal),
-            Mistake("the mask is inverted: True marks the future keys to block. That is the convention of "
-                    "nn.MultiheadAttention / nn.Transformer (True = not allowed); here True = may attend",
-                    _causal_inverted),
-            Mistake("the upper triangle is True (the mask is transposed): query l may attend to keys s >= l, "
-                    "i.e. to the future, and not to the past", _causal_upper),
-            Mistake("returning a float tensor of 0s and 1s instead of a bool mask (True = may attend)",
-                    _causal_float),
-            Mistake("returning an integer tensor of 0s and 1s instead of a bool mask (True = may attend)",
-                    _causal_long),
-            Mistake("returning the additive mask (0 where allowed, -inf above the diagonal) instead of the bool "
-                    "mask; the additive form comes from it with masked_fill(~mask, float('-inf'))",
-                    _causal_additive_inf),
-            Mistake("returning an additive mask (0 where allowed, a large negative number above the diagonal) "
-                    "instead of the bool mask (True = may attend)", _causal_additive_big),
+            Mistake(
+                "the diagonal is left out (tril with diagonal=-1): a token must be allowed to attend to "
+                "itself, and the first query would see no key at all",
+                _causal_no_diagonal,
+            ),
+            Mistake(
+                "the mask is inverted: True marks the future keys to block. That is the convention of "
+                "nn.MultiheadAttention / nn.Transformer (True = not allowed); here True = may attend",
+                _causal_inverted,
+            ),
+            Mistake(
+                "the upper triangle is True (the mask is transposed): query l may attend to keys s >= l, "
+                "i.e. to the future, and not to the past",
+                _causal_upper,
+            ),
+            Mistake("returning a float tensor of 0s and 1s instead of a bool mask (True = may attend)", _causal_float),
+            Mistake(
+                "returning an integer tensor of 0s and 1s instead of a bool mask (True = may attend)", _causal_long
+            ),
+            Mistake(
+                "returning the additive mask (0 where allowed, -inf above the diagonal) instead of the bool "
+                "mask; the additive form comes from it with masked_fill(~mask, float('-inf'))",
+                _causal_additive_inf,
+            ),
+            Mistake(
+                "returning an additive mask (0 where allowed, a large negative number above the diagonal) "
+                "instead of the bool mask (True = may attend)",
+                _causal_additive_big,
+            ),
             Mistake("every entry is True: nothing is masked, so every query sees the future", _causal_all_true),
         ],
         forbidden=(
@@ -454,23 +576,33 @@ EXERCISES = [
         make_cases=_ffn_cases,
         mistakes=[
             Mistake("the ReLU is missing: the two linear maps collapse into one linear map", _ffn_no_relu),
-            Mistake("the ReLU is applied after the second linear map instead of between the two: the output "
-                    "can never be negative", _ffn_relu_after_second),
-            Mistake("a ReLU after both linear maps: the ReLU belongs only between them (the output can be "
-                    "negative)", _ffn_relu_both),
+            Mistake(
+                "the ReLU is applied after the second linear map instead of between the two: the output "
+                "can never be negative",
+                _ffn_relu_after_second,
+            ),
+            Mistake(
+                "a ReLU after both linear maps: the ReLU belongs only between them (the output can be negative)",
+                _ffn_relu_both,
+            ),
             Mistake("the ReLU is applied before adding b_1: it must act on x @ W_1 + b_1", _ffn_relu_before_bias),
-            Mistake("GELU instead of ReLU: this exercise (like the original transformer) uses ReLU",
-                    _ffn_gelu),
-            Mistake("both biases are missing: add b_1 after x @ W_1 and b_2 after the second product",
-                    _ffn_no_biases),
+            Mistake("GELU instead of ReLU: this exercise (like the original transformer) uses ReLU", _ffn_gelu),
+            Mistake("both biases are missing: add b_1 after x @ W_1 and b_2 after the second product", _ffn_no_biases),
             Mistake("the first bias b_1 is missing: the hidden layer is relu(x @ W_1 + b_1)", _ffn_no_b1),
             Mistake("the second bias b_2 is missing: the output is hidden @ W_2 + b_2", _ffn_no_b2),
-            Mistake("the biases are swapped: b_1 belongs to the first layer (width F), b_2 to the second",
-                    _ffn_biases_swapped),
-            Mistake("multiplying by the transposed weights (x @ W.T, as F.linear / nn.Linear do with their "
-                    "(out, in) weights): here W_1 has shape (E, F) and the layer is x @ W_1", _ffn_transposed),
-            Mistake("the weights are swapped: x is multiplied by W_1 first, then the hidden layer by W_2",
-                    _ffn_weights_swapped),
+            Mistake(
+                "the biases are swapped: b_1 belongs to the first layer (width F), b_2 to the second",
+                _ffn_biases_swapped,
+            ),
+            Mistake(
+                "multiplying by the transposed weights (x @ W.T, as F.linear / nn.Linear do with their "
+                "(out, in) weights): here W_1 has shape (E, F) and the layer is x @ W_1",
+                _ffn_transposed,
+            ),
+            Mistake(
+                "the weights are swapped: x is multiplied by W_1 first, then the hidden layer by W_2",
+                _ffn_weights_swapped,
+            ),
         ],
     ),
     Exercise(
@@ -478,28 +610,53 @@ EXERCISES = [
         reference=label_smoothing_loss,
         make_cases=_label_smoothing_cases,
         mistakes=[
-            Mistake("the smoothing mass is spread over the C - 1 wrong classes only (eps / (C - 1) each); here, as "
-                    "in F.cross_entropy, every one of the C classes gets eps / C, the true class included",
-                    _ls_over_others),
-            Mistake("the true class gets only 1 - eps, without its own share eps / C: the smoothed target then "
-                    "sums to 1 - eps / C, not 1", _ls_true_loses_share),
-            Mistake("eps multiplies the sum of -log p_c over all classes instead of their mean: each class "
-                    "gets eps / C, not eps", _ls_sum_over_classes),
-            Mistake("the true-class term is not multiplied by (1 - eps): the smoothed target puts 1 - eps + "
-                    "eps / C on the true class", _ls_no_one_minus),
-            Mistake("no smoothing at all: this is plain cross-entropy, the smoothing argument is ignored",
-                    _ls_no_smoothing),
-            Mistake("the rows whose target is ignore_index are not left out: they must count neither in the "
-                    "sum nor in the number of rows the mean divides by", _ls_not_ignored),
-            Mistake("dividing by all N rows instead of the number of rows not ignored: the ignored rows still "
-                    "count in the mean", _ls_mean_over_all_rows),
+            Mistake(
+                "the smoothing mass is spread over the C - 1 wrong classes only (eps / (C - 1) each); here, as "
+                "in F.cross_entropy, every one of the C classes gets eps / C, the true class included",
+                _ls_over_others,
+            ),
+            Mistake(
+                "the true class gets only 1 - eps, without its own share eps / C: the smoothed target then "
+                "sums to 1 - eps / C, not 1",
+                _ls_true_loses_share,
+            ),
+            Mistake(
+                "eps multiplies the sum of -log p_c over all classes instead of their mean: each class "
+                "gets eps / C, not eps",
+                _ls_sum_over_classes,
+            ),
+            Mistake(
+                "the true-class term is not multiplied by (1 - eps): the smoothed target puts 1 - eps + "
+                "eps / C on the true class",
+                _ls_no_one_minus,
+            ),
+            Mistake(
+                "no smoothing at all: this is plain cross-entropy, the smoothing argument is ignored", _ls_no_smoothing
+            ),
+            Mistake(
+                "the rows whose target is ignore_index are not left out: they must count neither in the "
+                "sum nor in the number of rows the mean divides by",
+                _ls_not_ignored,
+            ),
+            Mistake(
+                "dividing by all N rows instead of the number of rows not ignored: the ignored rows still "
+                "count in the mean",
+                _ls_mean_over_all_rows,
+            ),
             Mistake("returning the sum over the rows instead of the mean", _ls_sum),
-            Mistake("log(exp(x) / sum exp(x)) is unstable: exp overflows to inf for large logits and the loss "
-                    "becomes NaN; subtract the max first, or use log_softmax / logsumexp", _ls_log_of_exp),
-            Mistake("taking the log of the softmax: tiny probabilities underflow to 0 and log(0) = -inf; "
-                    "compute the log-probabilities directly as logits - logsumexp(logits)", _ls_log_of_softmax),
-            Mistake("normalising over the batch dim (dim 0) instead of over the classes (the last dim)",
-                    _ls_softmax_dim0),
+            Mistake(
+                "log(exp(x) / sum exp(x)) is unstable: exp overflows to inf for large logits and the loss "
+                "becomes NaN; subtract the max first, or use log_softmax / logsumexp",
+                _ls_log_of_exp,
+            ),
+            Mistake(
+                "taking the log of the softmax: tiny probabilities underflow to 0 and log(0) = -inf; "
+                "compute the log-probabilities directly as logits - logsumexp(logits)",
+                _ls_log_of_softmax,
+            ),
+            Mistake(
+                "normalising over the batch dim (dim 0) instead of over the classes (the last dim)", _ls_softmax_dim0
+            ),
         ],
         forbidden=(
             "torch.nn.functional.cross_entropy",

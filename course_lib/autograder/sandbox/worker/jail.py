@@ -33,11 +33,21 @@ def enter_jail(isolated: bool, uid: int, scratch_mb: int, scratch_host: str | No
         return scratch_host
     sc.unshare(sc.CLONE_NEWNS | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS | sc.CLONE_NEWNET)
     sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
-    sc.mount("tmpfs", SCRATCH, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV,
-             f"size={scratch_mb}m,nr_inodes={max(256, scratch_mb * 64)},mode=0700,uid={uid},gid={uid}")
+    sc.mount(
+        "tmpfs",
+        SCRATCH,
+        "tmpfs",
+        sc.MS_NOSUID | sc.MS_NODEV,
+        f"size={scratch_mb}m,nr_inodes={max(256, scratch_mb * 64)},mode=0700,uid={uid},gid={uid}",
+    )
     if os.path.isdir("/dev/shm"):
-        sc.mount("tmpfs", "/dev/shm", "tmpfs", sc.MS_NOSUID | sc.MS_NODEV,
-                 f"size={max(1, scratch_mb // 4)}m,nr_inodes=256,mode=0700,uid={uid},gid={uid}")
+        sc.mount(
+            "tmpfs",
+            "/dev/shm",
+            "tmpfs",
+            sc.MS_NOSUID | sc.MS_NODEV,
+            f"size={max(1, scratch_mb // 4)}m,nr_inodes=256,mode=0700,uid={uid},gid={uid}",
+        )
     sc.mount("proc", "/proc", "proc", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
     try:
         sc.sethostname(b"sandbox")
@@ -81,6 +91,7 @@ def probe(isolation: str) -> int:
         pidns_fd = -1
         if not isolated:
             import tempfile
+
             scratch_host = tempfile.mkdtemp(prefix="sandbox-probe-")
         if isolated:
             pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -111,6 +122,7 @@ def probe(isolation: str) -> int:
         os.close(r)
         if scratch_host:
             import shutil
+
             shutil.rmtree(scratch_host, ignore_errors=True)
     print("probe-ok" if ok == 2 else "probe-failed", flush=True)
     return 0 if ok == 2 else 1

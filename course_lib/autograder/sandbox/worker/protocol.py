@@ -25,22 +25,24 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 LEN = struct.Struct("<I")
-MAX_JOB_BYTES = 512 << 20        # one frame from the grader (the cells, or one call's arguments)
-MAX_FRAME_HEADER = 1 << 20       # one frame's JSON header from the student's process
-MAX_RESULT_BYTES = 64 << 20      # everything the student's process sends in one job
+MAX_JOB_BYTES = 512 << 20  # one frame from the grader (the cells, or one call's arguments)
+MAX_FRAME_HEADER = 1 << 20  # one frame's JSON header from the student's process
+MAX_RESULT_BYTES = 64 << 20  # everything the student's process sends in one job
 MAC_BYTES = 32
 TAIL_BYTES = 2048
-SCRATCH = "/sandbox/tmp"         # the job's only writable folder (not /tmp: the venv may live under /tmp)
-CALL_WALL_FACTOR = 5.0           # a call's wall-clock backstop: max(5 x call_seconds, call_seconds + 5)
+SCRATCH = "/sandbox/tmp"  # the job's only writable folder (not /tmp: the venv may live under /tmp)
+CALL_WALL_FACTOR = 5.0  # a call's wall-clock backstop: max(5 x call_seconds, call_seconds + 5)
 #: The ``-c`` program that starts the worker package (see :mod:`.__main__`): its first argument
 #: is the folder that holds ``worker/``.
-BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); from worker.__main__ import main; "
-             "sys.exit(main(sys.argv[2:], sys.argv[1]))")
+BOOTSTRAP = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from worker.__main__ import main; "
+    "sys.exit(main(sys.argv[2:], sys.argv[1]))"
+)
 # the student's process's file descriptors: its frames, the grader's requests, the setup report
 RESULTS_FD, REQUESTS_FD, SETUP_FD = 3, 4, 5
 
-MAX_DEPTH = 16                   # nesting of a value tree
-MAX_ITEMS = 1024                 # items of one tuple in a result
+MAX_DEPTH = 16  # nesting of a value tree
+MAX_ITEMS = 1024  # items of one tuple in a result
 
 Header = dict[str, Any]
 Frame = tuple[Header, list[bytes]]
@@ -153,24 +155,27 @@ class FrameReader:
         if len(self.buf) < 4 + n:
             return None
         try:
-            header = json.loads(bytes(self.buf[4:4 + n]))
+            header = json.loads(bytes(self.buf[4 : 4 + n]))
         except (ValueError, RecursionError):
             raise ProtocolError("a result header is not valid JSON") from None
         if not isinstance(header, dict):
             raise ProtocolError("a result header is not an object")
         sizes = header.get("blobs", [])
-        if (not isinstance(sizes, list) or len(sizes) > 4096
-                or not all(type(s) is int and 0 <= s <= self.max_total for s in sizes)
-                or sum(sizes) > self.max_total):
+        if (
+            not isinstance(sizes, list)
+            or len(sizes) > 4096
+            or not all(type(s) is int and 0 <= s <= self.max_total for s in sizes)
+            or sum(sizes) > self.max_total
+        ):
             raise ProtocolError("bad blob sizes in a result header")
         end = 4 + n + sum(sizes)
         if len(self.buf) < end:
             return None
         blobs, pos = [], 4 + n
         for s in sizes:
-            blobs.append(bytes(self.buf[pos:pos + s]))
+            blobs.append(bytes(self.buf[pos : pos + s]))
             pos += s
-        raw = bytes(self.buf[4:4 + n])
+        raw = bytes(self.buf[4 : 4 + n])
         del self.buf[:end]
         return header, blobs, raw
 
@@ -178,7 +183,7 @@ class FrameReader:
 # --------------------------------------------------------------------------- value trees
 
 ARG_TAGS = frozenset(("tensor", "tuple", "list", "none", "bool", "int", "float", "str"))  # grader -> student
-RESULT_TAGS = frozenset(("tensor", "tuple", "bool", "int", "float"))                    # student -> grader
+RESULT_TAGS = frozenset(("tensor", "tuple", "bool", "int", "float"))  # student -> grader
 _NON_FINITE = ("nan", "inf", "-inf")
 
 
@@ -193,8 +198,14 @@ def float_node(v: float) -> Header:
     return {"t": "float", "v": v if math.isfinite(v) else repr(v)}
 
 
-def decode_tree(node: Any, blobs: list[bytes], tensor: Callable[[Header, bytes], Any], tags: frozenset[str],
-                max_items: int | None = None, depth: int = 0) -> Any:
+def decode_tree(
+    node: Any,
+    blobs: list[bytes],
+    tensor: Callable[[Header, bytes], Any],
+    tags: frozenset[str],
+    max_items: int | None = None,
+    depth: int = 0,
+) -> Any:
     """The value of a node tree: ``tensor(node, blob)`` rebuilds each tensor, the rest is plain
     Python. Only the node kinds in ``tags`` are accepted, every field is checked; CodecError
     for anything else."""

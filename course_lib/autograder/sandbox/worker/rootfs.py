@@ -20,8 +20,8 @@ def _unescape_mount_path(p: str) -> str:
     """Undo /proc/self/mountinfo's octal escapes (\\040 for a space...), without importing codecs."""
     out, i = [], 0
     while i < len(p):
-        if p[i] == "\\" and i + 3 < len(p) and p[i + 1:i + 4].isdigit():
-            out.append(chr(int(p[i + 1:i + 4], 8)))
+        if p[i] == "\\" and i + 3 < len(p) and p[i + 1 : i + 4].isdigit():
+            out.append(chr(int(p[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(p[i])
@@ -82,8 +82,12 @@ def build_root(spec: list[list[str]]) -> None:
                     ensure(dst + "/" + name, False)
                     sc.mount(old + "/dev/" + name, dst + "/" + name, None, sc.MS_BIND)
             os.mkdir(dst + "/shm", 0o755)
-            for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                                 ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            for name, target in (
+                ("fd", "/proc/self/fd"),
+                ("stdin", "/proc/self/fd/0"),
+                ("stdout", "/proc/self/fd/1"),
+                ("stderr", "/proc/self/fd/2"),
+            ):
                 os.symlink(target, dst + "/" + name)
             sc.mount(None, dst, None, sc.MS_REMOUNT | sc.MS_NOSUID | sc.MS_RDONLY)
         elif kind == "proc":

@@ -212,8 +212,10 @@ def _install_stubs(sender: _Sender) -> None:
             sender.send({"t": "ref", "name": name, "kind": kind})
 
     def refusal(name: str) -> str:
-        return (f"{name} is one of the course's reference implementations; it is not available while "
-                "grading (graded code must be your own)")
+        return (
+            f"{name} is one of the course's reference implementations; it is not available while "
+            "grading (graded code must be your own)"
+        )
 
     class StubModule(types.ModuleType):
         def __getattr__(self, attr: str) -> Any:
@@ -280,8 +282,6 @@ def _install_stubs(sender: _Sender) -> None:
     sys.meta_path.insert(0, CourseLibFinder)
 
 
-
-
 def load_opwatch(source: str) -> types.ModuleType:
     """The runtime-watch module (course_lib/grading/opwatch.py, read when the worker started)."""
     module = types.ModuleType("_course_opwatch")
@@ -316,8 +316,16 @@ class _Sender:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def run_student(isolated: bool, job: Header, res_w: int, req_r: int, out_w: int, setup_w: int,
-                scratch_host: str | None, opwatch_source: str) -> int:
+def run_student(
+    isolated: bool,
+    job: Header,
+    res_w: int,
+    req_r: int,
+    out_w: int,
+    setup_w: int,
+    scratch_host: str | None,
+    opwatch_source: str,
+) -> int:
     """The student's process: set up the jail, drop privileges, run the student's cells and
     answer the calls. Returns the exit code."""
     limits = job["limits"]
@@ -338,9 +346,15 @@ def run_student(isolated: bool, job: Header, res_w: int, req_r: int, out_w: int,
         vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     as_limit = vm_bytes + int(limits["memory_mb"]) * (1 << 20)
     cpu = int(math.ceil(float(limits["submission_seconds"]))) + 2
-    rlimits = ((resource.RLIMIT_AS, as_limit), (resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu),
-               (resource.RLIMIT_FSIZE, int(limits["output_bytes"])), (resource.RLIMIT_NOFILE, 256),
-               (resource.RLIMIT_NPROC, int(limits["processes"])), (resource.RLIMIT_MSGQUEUE, 0))
+    rlimits = (
+        (resource.RLIMIT_AS, as_limit),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_FSIZE, int(limits["output_bytes"])),
+        (resource.RLIMIT_NOFILE, 256),
+        (resource.RLIMIT_NPROC, int(limits["processes"])),
+        (resource.RLIMIT_MSGQUEUE, 0),
+    )
     watch_module = load_opwatch(opwatch_source)  # resolved before any student code can patch torch
     harness = StudentHarness(job, limits, watch_module)
     drop_privileges(isolated, uid, rlimits)
@@ -352,6 +366,7 @@ def run_student(isolated: bool, job: Header, res_w: int, req_r: int, out_w: int,
     os.chdir(scratch)
     os.environ.update({"HOME": scratch, "TMPDIR": scratch, "USER": "student", "LOGNAME": "student"})
     import tempfile
+
     tempfile.tempdir = None
     write_all(SETUP_FD, b"K")
     os.close(SETUP_FD)
@@ -615,8 +630,9 @@ class StudentHarness:
     def _cell_error(self, i: int, text: str) -> None:
         self.sender.send({"t": "cell_error", "msg": f"cell {i}: {text}"})
 
-    def _call(self, fn: Callable[..., Any], header: Header, arg_blobs: list[bytes],
-              watch: Any) -> tuple[Header, list[bytes]]:
+    def _call(
+        self, fn: Callable[..., Any], header: Header, arg_blobs: list[bytes], watch: Any
+    ) -> tuple[Header, list[bytes]]:
         blobs: list[bytes] = []
         try:
             args = tuple(self._decode_arg(a, arg_blobs) for a in header["args"])
@@ -650,8 +666,11 @@ class StudentHarness:
             return {"status": "error", "msg": "raised RecursionError (infinite recursion?)", "seen": _seen(watch)}, []
         except MemoryError:
             mb = self.limits["memory_mb"]
-            return {"status": "error", "msg": f"raised MemoryError (more than {mb} MB of memory)",
-                    "seen": _seen(watch)}, []
+            return {
+                "status": "error",
+                "msg": f"raised MemoryError (more than {mb} MB of memory)",
+                "seen": _seen(watch),
+            }, []
         except BaseException as e:  # noqa: BLE001 - any student error is a graded outcome
             err = e
             msg = _guarded(lambda: f"raised {type(err).__name__}: {_safe_str(err)}", "raised an exception")

@@ -69,8 +69,10 @@ def drop_capabilities() -> None:
 
 
 def prctl(option: int, arg: int) -> None:
-    check(libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                     ctypes.c_ulong(0)), "prctl")
+    check(
+        libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        "prctl",
+    )
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
@@ -90,31 +92,109 @@ def denied_syscall_refused(name: str) -> bool:
 
 SYSCALLS: dict[str, dict[str, Any]] = {
     "x86_64": {
-        "arch": 0xC000003E, "clone": 56, "clone3": 435, "prctl": 157, "x32": True,
-        "deny": {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
-                 "process_vm_writev": 311, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323,
-                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "unshare": 272,
-                 "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428,
-                 "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-                 "mount_setattr": 442, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175,
-                 "finit_module": 313, "delete_module": 176, "name_to_handle_at": 303, "open_by_handle_at": 304,
-                 "fanotify_init": 300, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163, "quotactl": 179,
-                 "syslog": 103, "vhangup": 153, "lookup_dcookie": 212},
+        "arch": 0xC000003E,
+        "clone": 56,
+        "clone3": 435,
+        "prctl": 157,
+        "x32": True,
+        "deny": {
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "perf_event_open": 298,
+            "bpf": 321,
+            "userfaultfd": 323,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "unshare": 272,
+            "setns": 308,
+            "mount": 165,
+            "umount2": 166,
+            "pivot_root": 155,
+            "chroot": 161,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "fspick": 433,
+            "mount_setattr": 442,
+            "kexec_load": 246,
+            "kexec_file_load": 320,
+            "init_module": 175,
+            "finit_module": 313,
+            "delete_module": 176,
+            "name_to_handle_at": 303,
+            "open_by_handle_at": 304,
+            "fanotify_init": 300,
+            "swapon": 167,
+            "swapoff": 168,
+            "reboot": 169,
+            "acct": 163,
+            "quotactl": 179,
+            "syslog": 103,
+            "vhangup": 153,
+            "lookup_dcookie": 212,
+        },
     },
     "aarch64": {
-        "arch": 0xC00000B7, "clone": 220, "clone3": 435, "prctl": 167, "x32": False,
-        "deny": {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117, "process_vm_readv": 270,
-                 "process_vm_writev": 271, "perf_event_open": 241, "bpf": 280, "userfaultfd": 282,
-                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "unshare": 97,
-                 "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "open_tree": 428,
-                 "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-                 "mount_setattr": 442, "kexec_load": 104, "kexec_file_load": 294, "init_module": 105,
-                 "finit_module": 273, "delete_module": 106, "name_to_handle_at": 264, "open_by_handle_at": 265,
-                 "fanotify_init": 262, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89, "quotactl": 60,
-                 "syslog": 116, "vhangup": 58, "lookup_dcookie": 18},
+        "arch": 0xC00000B7,
+        "clone": 220,
+        "clone3": 435,
+        "prctl": 167,
+        "x32": False,
+        "deny": {
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "perf_event_open": 241,
+            "bpf": 280,
+            "userfaultfd": 282,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "unshare": 97,
+            "setns": 268,
+            "mount": 40,
+            "umount2": 39,
+            "pivot_root": 41,
+            "chroot": 51,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "fspick": 433,
+            "mount_setattr": 442,
+            "kexec_load": 104,
+            "kexec_file_load": 294,
+            "init_module": 105,
+            "finit_module": 273,
+            "delete_module": 106,
+            "name_to_handle_at": 264,
+            "open_by_handle_at": 265,
+            "fanotify_init": 262,
+            "swapon": 224,
+            "swapoff": 225,
+            "reboot": 142,
+            "acct": 89,
+            "quotactl": 60,
+            "syslog": 116,
+            "vhangup": 58,
+            "lookup_dcookie": 18,
+        },
     },
 }
-_NAMESPACE_FLAGS = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+_NAMESPACE_FLAGS = (
+    CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+)
 
 
 class _SockFilter(ctypes.Structure):
@@ -132,20 +212,31 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
         return None
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    prog = [(ld, 0, 0, 4),                       # A = arch
-            (jeq, 1, 0, table["arch"]),          # native ABI: skip the next instruction
-            (ret, 0, 0, eperm),                  # any other ABI (32-bit calls from 64-bit code): refused
-            (ld, 0, 0, 0)]                       # A = syscall number
+    prog = [
+        (ld, 0, 0, 4),  # A = arch
+        (jeq, 1, 0, table["arch"]),  # native ABI: skip the next instruction
+        (ret, 0, 0, eperm),  # any other ABI (32-bit calls from 64-bit code): refused
+        (ld, 0, 0, 0),
+    ]  # A = syscall number
     if table["x32"]:
         prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # the x32 ABI's numbers
     for nr in sorted(table["deny"].values()):
         prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
-    prog += [(jeq, 0, 1, table["clone3"]), (ret, 0, 0, enosys),
-             (jeq, 0, 4, table["prctl"]), (ld, 0, 0, 16),           # A = low half of argument 0
-             (jeq, 0, 1, PR_SET_DUMPABLE), (ret, 0, 0, eperm), (ret, 0, 0, allow),
-             (jeq, 0, 4, table["clone"]), (ld, 0, 0, 16),
-             (jset, 0, 1, _NAMESPACE_FLAGS), (ret, 0, 0, eperm), (ret, 0, 0, allow),
-             (ret, 0, 0, allow)]
+    prog += [
+        (jeq, 0, 1, table["clone3"]),
+        (ret, 0, 0, enosys),
+        (jeq, 0, 4, table["prctl"]),
+        (ld, 0, 0, 16),  # A = low half of argument 0
+        (jeq, 0, 1, PR_SET_DUMPABLE),
+        (ret, 0, 0, eperm),
+        (ret, 0, 0, allow),
+        (jeq, 0, 4, table["clone"]),
+        (ld, 0, 0, 16),
+        (jset, 0, 1, _NAMESPACE_FLAGS),
+        (ret, 0, 0, eperm),
+        (ret, 0, 0, allow),
+        (ret, 0, 0, allow),
+    ]
     return prog
 
 
@@ -177,5 +268,13 @@ def forbid_new_processes() -> None:
 def _load_filter(prog: list[tuple[int, int, int, int]]) -> None:
     filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
     fprog = _SockFprog(len(prog), filters)
-    check(libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
-                     ctypes.c_void_p(ctypes.addressof(fprog)), ctypes.c_ulong(0), ctypes.c_ulong(0)), "seccomp")
+    check(
+        libc.prctl(
+            ctypes.c_int(PR_SET_SECCOMP),
+            ctypes.c_ulong(SECCOMP_MODE_FILTER),
+            ctypes.c_void_p(ctypes.addressof(fprog)),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        ),
+        "seccomp",
+    )

@@ -101,7 +101,7 @@ class Supervisor:
     def __init__(self, zygote: Zygote):
         self.z = zygote
         self.isolated = zygote.isolated
-        self.killed: tuple[str, str] | None = None   # (reason, detail) once the student's process is killed
+        self.killed: tuple[str, str] | None = None  # (reason, detail) once the student's process is killed
         self.bad_stream = False
         self.grader_open = True
         self.pending = bytearray()  # the grader's requests not yet taken by the student's process
@@ -112,8 +112,17 @@ class Supervisor:
         write_all(self.z.out_fd, encode_frame(header, blobs))
 
     def _end(self, status: str, t0: float, tail: _Tail | None = None, **fields: Any) -> None:
-        self.send({"t": "end", "status": status, "message": "", **fields, "tail": tail.text() if tail else "",
-                   "printed": tail.total if tail else 0, "seconds": time.monotonic() - t0})
+        self.send(
+            {
+                "t": "end",
+                "status": status,
+                "message": "",
+                **fields,
+                "tail": tail.text() if tail else "",
+                "printed": tail.total if tail else 0,
+                "seconds": time.monotonic() - t0,
+            }
+        )
 
     def _kill(self, reason: str, detail: str = "") -> None:
         if self.killed is None:
@@ -158,10 +167,11 @@ class Supervisor:
         scratch_host = None
         if not self.isolated:
             import tempfile
+
             scratch_host = tempfile.mkdtemp(prefix="sandbox-job-")
-        res_r, res_w = os.pipe()      # student -> supervisor: the student process's frames
-        req_r, req_w = os.pipe()      # supervisor -> student: the grader's requests
-        out_r, out_w = os.pipe()      # the student's stdout and stderr
+        res_r, res_w = os.pipe()  # student -> supervisor: the student process's frames
+        req_r, req_w = os.pipe()  # supervisor -> student: the grader's requests
+        out_r, out_w = os.pipe()  # the student's stdout and stderr
         setup_r, setup_w = os.pipe()  # the setup report, closed before student code runs
         deadline = t0 + float(limits["submission_seconds"])
         if self.isolated:
@@ -175,8 +185,9 @@ class Supervisor:
             try:
                 for fd in (res_r, req_w, out_r, setup_r, self.z.in_fd, self.z.out_fd):
                     os.close(fd)
-                code = run_student(self.isolated, job, res_w, req_r, out_w, setup_w, scratch_host,
-                                   self.z.opwatch_source)
+                code = run_student(
+                    self.isolated, job, res_w, req_r, out_w, setup_w, scratch_host, self.z.opwatch_source
+                )
             except BaseException as e:  # noqa: BLE001 - report a failed setup; never run student code then
                 msg = f"sandbox setup failed: {type(e).__name__}: {e}\n{traceback.format_exc()}"
                 for fd in (SETUP_FD, setup_w):
@@ -235,7 +246,7 @@ class Supervisor:
                 continue
             if writable and self.pending:
                 try:
-                    n = os.write(req_w, self.pending[:1 << 16])
+                    n = os.write(req_w, self.pending[: 1 << 16])
                     del self.pending[:n]
                 except BlockingIOError:
                     pass
@@ -274,6 +285,7 @@ class Supervisor:
             os.close(fd)
         if scratch_host:
             import shutil
+
             shutil.rmtree(scratch_host, ignore_errors=True)
         if setup[:1] == b"F":  # only the student process's setup, before any student code, can report this
             self._end("fatal", t0, tail, message=bytes(setup[1:]).decode("utf-8", "replace"))
@@ -370,8 +382,9 @@ def warm_up(opwatch_source: str) -> None:
     fig.savefig(io.BytesIO(), format="png")
     plt.close("all")
     numpy.save(io.BytesIO(), numpy.zeros(3), allow_pickle=False)
-    watch = load_opwatch(opwatch_source).OpWatch(functions=["torch.softmax"], methods=["softmax"],
-                                                 ops=["aten::_softmax"])
+    watch = load_opwatch(opwatch_source).OpWatch(
+        functions=["torch.softmax"], methods=["softmax"], ops=["aten::_softmax"]
+    )
     with watch:
         torch.softmax(x, dim=-1)
     import gc
@@ -384,5 +397,10 @@ def ready_frame() -> Header:
     """The zygote's first frame, once warm."""
     import torch
 
-    return {"t": "ready", "torch": torch.__version__, "python": sys.version.split()[0], "pid": os.getpid(),
-            "seccomp": sc.seccomp_program(os.uname().machine) is not None}
+    return {
+        "t": "ready",
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "pid": os.getpid(),
+        "seccomp": sc.seccomp_program(os.uname().machine) is not None,
+    }
