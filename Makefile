@@ -58,9 +58,10 @@ sysdeps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium bubblewrap; }
 
 # The suite includes the browser test of the built book, so the book is built first
-# (strictly; unchanged chapters come from the execution cache). Then the notebooks:
-# solutions must reproduce their stored outputs, blank exercises must run without errors.
-test: $(STAMP) sysdeps book
+# (strictly; unchanged chapters come from the execution cache), and the code must pass
+# `make lint`. Then the notebooks: solutions must reproduce their stored outputs, blank
+# exercises must run without errors.
+test: $(STAMP) sysdeps lint book
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest $(NBVAL) --nbval --nbval-sanitize-with nbval_sanitize.cfg solutions/
 	$(BIN)/python -m pytest $(NBVAL) --nbval-lax exercises/

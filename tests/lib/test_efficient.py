@@ -478,6 +478,7 @@ def test_efficient_functions_are_exported_documented_and_not_graded(name):
     assert doc and "Shape:" in doc and "Returns:" in doc
 
 
+@pytest.mark.slow  # a subprocess that imports torch
 def test_bench_memory_runs_each_variant_in_a_subprocess_and_prints_the_table():
     """Not a timed test: the script must run and print positive numbers for every variant."""
     result = subprocess.run(

@@ -73,6 +73,7 @@ def test_modules_are_importable(name):
     assert inspect.isclass(getattr(course_lib, name))
 
 
+@pytest.mark.slow  # a subprocess that imports torch
 @pytest.mark.parametrize("command", [[str(BIN / "course-lib")], [sys.executable, "-m", "course_lib"]])
 def test_command_line_help_lists_subcommands(command):
     result = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120)
@@ -81,6 +82,7 @@ def test_command_line_help_lists_subcommands(command):
     assert "api" in result.stdout and "bench" in result.stdout
 
 
+@pytest.mark.slow  # a subprocess that imports torch
 def test_api_subcommand_prints_every_graded_function():
     result = subprocess.run([sys.executable, "-m", "course_lib", "api"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -88,6 +90,7 @@ def test_api_subcommand_prints_every_graded_function():
         assert f"\n{name}(" in "\n" + result.stdout
 
 
+@pytest.mark.slow  # a subprocess that imports torch
 def test_unknown_subcommand_fails_with_usage():
     result = subprocess.run(
         [sys.executable, "-m", "course_lib", "nonsense"], capture_output=True, text=True, timeout=120
@@ -96,6 +99,7 @@ def test_unknown_subcommand_fails_with_usage():
     assert "invalid choice" in result.stderr
 
 
+@pytest.mark.slow  # a subprocess that imports torch
 def test_bench_subcommand_prints_a_ratio_per_case():
     """Not a timed test: the benchmark must keep running and print its table."""
     result = subprocess.run(

@@ -177,6 +177,7 @@ def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "course_lib", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a subprocess that imports torch
 def test_cli_train_evaluate_decode(tmp_path):
     ckpt = tmp_path / "rev.pt"
     result = run_cli("train", "reverse", "--model", "transformer", "--steps", "3", "--seed", "2", "--out", str(ckpt))
@@ -194,6 +195,7 @@ def test_cli_train_evaluate_decode(tmp_path):
     assert result.returncode == 2 and "cannot read '3 x 4' as reverse input" in result.stderr
 
 
+@pytest.mark.slow  # a subprocess that imports torch
 def test_cli_rejects_an_unknown_task():
     result = run_cli("train", "french")
     assert result.returncode == 2 and "invalid choice: 'french'" in result.stderr
