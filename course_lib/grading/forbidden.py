@@ -63,14 +63,8 @@ DYNAMIC_BUILTINS = {
     "setattr",
     "delattr",
 }
-#: Modules (and module attributes) that give access to frames, memory, file descriptors or
-#: torch's dispatcher, through which a forbidden call or the grader's own state can be reached.
-DYNAMIC_PATHS = (
-    "ctypes",
-    "gc",
-    "importlib",
-    *(f"builtins.{b}" for b in sorted(DYNAMIC_BUILTINS)),
-    "builtins.__builtins__",
+#: Ways to reach a frame (the grader's locals included) or to trace or audit execution.
+FRAME_ACCESS = (
     "inspect.currentframe",
     "inspect.stack",
     "inspect.getouterframes",
@@ -80,8 +74,18 @@ DYNAMIC_PATHS = (
     "sys._current_frames",
     "sys.settrace",
     "sys.setprofile",
-    "sys.modules",
     "sys.addaudithook",
+)
+#: Modules (and module attributes) that give access to frames, memory, file descriptors or
+#: torch's dispatcher, through which a forbidden call or the grader's own state can be reached.
+DYNAMIC_PATHS = (
+    "ctypes",
+    "gc",
+    "importlib",
+    *(f"builtins.{b}" for b in sorted(DYNAMIC_BUILTINS)),
+    "builtins.__builtins__",
+    *FRAME_ACCESS,
+    "sys.modules",
     "os.read",
     "os.write",
     "os.pread",
@@ -151,16 +155,7 @@ REVIEW_PATHS = (
     "gc.get_objects",
     "gc.get_referrers",
     "gc.get_referents",
-    "inspect.currentframe",
-    "inspect.stack",
-    "inspect.getouterframes",
-    "inspect.getinnerframes",
-    "inspect.trace",
-    "sys._getframe",
-    "sys._current_frames",
-    "sys.settrace",
-    "sys.setprofile",
-    "sys.addaudithook",
+    *FRAME_ACCESS,
     "torch._C",
     "torch.ops",
     "torch._ops",
