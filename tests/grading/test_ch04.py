@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import assert_diagnosed
 
 import course_lib
 from course_lib import relative_position_matrix as reference_matrix
@@ -326,10 +327,7 @@ PE_MISTAKES = [
 
 @pytest.mark.parametrize("fn, phrase", PE_MISTAKES, ids=[f.__name__ for f, _ in PE_MISTAKES])
 def test_classic_encoding_mistakes_lose_points_and_are_diagnosed(fn, phrase):
-    report = check(fn, name=PE)
-    assert report.status == "failed"
-    assert report.score < report.max_score
-    assert any(phrase in d for d in report.diagnoses), report.diagnoses
+    assert_diagnosed(check(fn, name=PE), phrase)
 
 
 def test_swapping_sin_and_cos_is_the_only_diagnosis_of_a_swap():
