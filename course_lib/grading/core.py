@@ -15,7 +15,10 @@ the arrays that come back, so student objects never reach the judge.
 from __future__ import annotations
 
 import html
+import inspect
+import linecache
 import math
+import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -113,6 +116,11 @@ class Exercise:
         structure_args: arguments (positions or keyword names) that are structure, not values
             (positions, lengths): fresh inputs under ``--seed`` redraw them but never rescale
             them (see :mod:`course_lib.grading.seeding`).
+        temporary_limit: when set, the largest new floating-point tensor (in elements) that one
+            call may create, as a function of the call (e.g. one block of scores for tiled
+            attention). The runtime layer measures it (:class:`~course_lib.grading.opwatch.OpWatch`);
+            a call over the limit fails its case, with ``temporary_message`` as the diagnosis.
+        temporary_message: the named mistake for a call over ``temporary_limit``.
     """
 
     name: str
@@ -122,11 +130,14 @@ class Exercise:
     forbidden: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
     structure_args: tuple[int | str, ...] = ()
+    temporary_limit: Callable[[Call], int] | None = None
+    temporary_message: str = ""
     _cases: dict[int | None, list[Case]] = field(default_factory=dict, repr=False)
     _expected: dict[int | None, list[list[Any]]] = field(default_factory=dict, repr=False)
     _fallbacks: dict[int, int] = field(default_factory=dict, repr=False)
     _failing: dict[int, list[Mistake]] = field(default_factory=dict, repr=False)  # per self-check case
     _gated: set[int] | None = field(default=None, repr=False)
+    _mistake_runs: dict[int | None, list[_MistakeRun]] = field(default_factory=dict, repr=False)
 
     def cases(self, seed: int | None = None) -> list[Case]:
         """The cases: the self-check's (``seed=None``), or every input drawn anew from the
@@ -173,16 +184,58 @@ class Exercise:
             self._gated = gated if any(i not in gated for i in range(len(cases))) else set()
         return self._gated
 
-    def watch(self) -> dict[str, list[str]]:
+    def watch(self) -> dict[str, Any]:
         """What the runtime layer watches while the student's function runs (see
         :mod:`course_lib.grading.opwatch`)."""
         from .forbidden import watch_spec
 
-        return watch_spec(self.forbidden)
+        spec: dict[str, Any] = dict(watch_spec(self.forbidden))
+        if self.temporary_limit is not None:
+            spec["largest"] = True
+        return spec
+
+    def mistake_runs(self, seed: int | None = None) -> list[_MistakeRun]:
+        """Each named mistake's outputs on every case, and which cases it fails (computed once
+        per seed: they do not depend on the student)."""
+        if seed not in self._mistake_runs:
+            cases, expected = self.cases(seed), self.expected(seed)
+            runs = []
+            for m in self.mistakes:
+                outputs: list[list[Any] | None] = []
+                fails: list[bool] = []
+                for case, exp in zip(cases, expected, strict=True):
+                    outs = []
+                    for c in case.calls:
+                        o = call_once(m.implementation, c, time_limit=None)
+                        if o.status != "ok":
+                            break
+                        outs.append(o.value)
+                    else:
+                        outputs.append(outs)
+                        try:
+                            verdict = (case.judge or _default_judge(case, self.output_names))(case.calls, outs, exp)
+                        except Exception:  # noqa: BLE001 - a mistake's odd output fails the case
+                            verdict = "could not be judged"
+                        fails.append(verdict is not None)
+                        continue
+                    outputs.append(None)
+                    fails.append(False)  # an error is not evidence against the diagnosis
+                runs.append(_MistakeRun(m, outputs, fails))
+            self._mistake_runs[seed] = runs
+        return self._mistake_runs[seed]
 
     @property
     def max_score(self) -> float:
         return float(sum(c.points for c in self.cases()))
+
+
+@dataclass
+class _MistakeRun:
+    """A named mistake's outputs per case (``None`` where it raised) and the cases it fails."""
+
+    mistake: Mistake
+    outputs: list[list[Any] | None]
+    fails: list[bool]
 
 
 #: How one call of a student's function went (:class:`Outcome`; also sent by the sandbox's worker).
@@ -208,6 +261,7 @@ class Outcome:
     value: Any = None
     message: str = ""
     seen: list[str] = field(default_factory=list)  # forbidden torch calls that ran (runtime layer)
+    largest: int = 0  # elements of the largest new floating-point tensor it made (when measured)
 
 
 class _CallTimeout(Exception):
@@ -256,7 +310,7 @@ def call_once(
         w = OpWatch(**watch)
         with w:
             out = call_once(fn, call, time_limit)
-        out.seen = list(w.seen)
+        out.seen, out.largest = list(w.seen), int(w.largest)
         return out
     args = tuple(_copy_arg(a) for a in call.args)
     kwargs = {k: _copy_arg(v) for k, v in call.kwargs.items()}
@@ -285,15 +339,39 @@ def call_once(
         msg = str(e)
         if msg.startswith("returned a "):
             return Outcome("bad_type", message=msg)
-        return Outcome("error", message=f"raised TypeError: {msg}")
+        return Outcome("error", message=describe_exception(e))
     except RecursionError:
         return Outcome("error", message="raised RecursionError (infinite recursion?)")
     except Exception as e:  # noqa: BLE001 - any student error is a graded outcome
-        return Outcome("error", message=f"raised {type(e).__name__}: {_short(str(e))}")
+        return Outcome("error", message=describe_exception(e))
     finally:
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+
+
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(p) + os.sep
+    for p in (torch.__file__, os.path.dirname(__file__), os.__file__)  # torch, course_lib, the stdlib
+)
+
+
+def describe_exception(e: BaseException) -> str:
+    """``raised TYPE: MESSAGE``, and the line of the student's own code that raised it (the
+    innermost frame outside torch, course_lib and the standard library)."""
+    text = f"raised {type(e).__name__}: {_short(str(e))}"
+    where = None
+    tb = e.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_LIBRARY_DIRS) or filename.startswith("<"):
+            where = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if where is not None:
+        line = linecache.getline(*where).strip()
+        if line:
+            text += f", in your line `{_short(line, 160)}`"
+    return text
 
 
 def run_calls(fn: Callable[..., Any], exercise: Exercise, seed: int | None = None) -> list[list[Outcome]]:
@@ -384,7 +462,10 @@ def compare(
 
 @dataclass
 class TestResult:
-    """The result of one test: points, and feedback when it failed."""
+    """The result of one test: points, and feedback when it failed.
+
+    ``diagnosis`` is the first named mistake whose outputs match the student's on this test,
+    ``diagnoses`` all of them (see :func:`judge`)."""
 
     name: str
     checks: str
@@ -394,13 +475,47 @@ class TestResult:
     feedback: str = ""
     diagnosis: str = ""
     withheld: bool = False  # it passed, but its points wait for the function's value tests
+    diagnoses: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Composition:
+    """How the student's function scored with the student's own graded functions as its
+    callees, when the report's score comes from a run with the references standing in."""
+
+    callees: list[str]
+    score: float
+    status: str
+    failed: list[str]
+
+
+def mistakes_of(results: Sequence[Any]) -> list[tuple[str, list[str]]]:
+    """Each distinct named mistake, with the names of the tests it explains, in the order first
+    seen. ``results`` are :class:`TestResult` objects or their dicts (gradebook records; older
+    records have only ``diagnosis``)."""
+    found: dict[str, list[str]] = {}
+    for r in results:
+        d = r if isinstance(r, dict) else asdict(r)
+        for message in d.get("diagnoses") or ([d["diagnosis"]] if d.get("diagnosis") else []):
+            found.setdefault(message, []).append(d["name"])
+    return list(found.items())
+
+
+def mistake_lines(results: Sequence[Any]) -> list[str]:
+    """``Likely mistake (tests a, b): message``: each named mistake once, with its tests."""
+    lines = []
+    for message, tests in mistakes_of(results):
+        which = ", ".join(f"'{t}'" for t in tests)
+        lines.append(f"Likely mistake ({'test' if len(tests) == 1 else 'tests'} {which}): {message}")
+    return lines
 
 
 @dataclass
 class Report:
     """The result of checking one function: per-test results, score and feedback.
 
-    Shown in a notebook as a table; ``str(report)`` gives the same as text.
+    Shown in a notebook as a table; ``str(report)`` gives the same as text. Each named
+    mistake is said once, after the tests, with the tests it explains.
     """
 
     function: str
@@ -408,6 +523,7 @@ class Report:
     status: ReportStatus
     notes: list[str] = field(default_factory=list)
     max_points: float | None = None
+    composition: Composition | None = None
 
     @property
     def score(self) -> float:
@@ -426,11 +542,7 @@ class Report:
     @property
     def diagnoses(self) -> list[str]:
         """The distinct mistakes recognised, in the order first seen."""
-        seen: list[str] = []
-        for r in self.results:
-            if r.diagnosis and r.diagnosis not in seen:
-                seen.append(r.diagnosis)
-        return seen
+        return [m for m, _ in mistakes_of(self.results)]
 
     def to_dict(self) -> dict:
         return {
@@ -440,16 +552,19 @@ class Report:
             "max_score": self.max_score,
             "notes": list(self.notes),
             "results": [asdict(r) for r in self.results],
+            "composition": asdict(self.composition) if self.composition else None,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> Report:
+        comp = d.get("composition")
         return cls(
             function=d["function"],
             results=[TestResult(**r) for r in d["results"]],
             status=d["status"],
             notes=list(d.get("notes", [])),
             max_points=d.get("max_score"),
+            composition=Composition(**comp) if comp else None,
         )
 
     def _headline(self) -> str:
@@ -463,6 +578,9 @@ class Report:
         }[self.status]
         return f"{self.function}: {_format_points(self.score)}/{_format_points(self.max_score)} points, {words}"
 
+    def composition_lines(self) -> list[str]:
+        return composition_lines(self.function, self.composition, self.max_score)
+
     def __str__(self) -> str:
         lines = [self._headline()]
         lines += [f"  ! {n}" for n in self.notes]
@@ -473,8 +591,8 @@ class Report:
             lines.append(f"  {mark} {_format_points(r.points)}/{_format_points(r.max_points)}  {r.name}: {r.checks}")
             if r.feedback:
                 lines.append(f"       {r.feedback}")
-            if r.diagnosis:
-                lines.append(f"       Likely mistake: {r.diagnosis}")
+        lines += [f"  {m}" for m in mistake_lines(self.results)]
+        lines += [f"  {c}" for c in self.composition_lines()]
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -494,16 +612,34 @@ class Report:
             )
             for r in self.results:
                 mark = "&#10004;" if r.passed else "&#10008;"
-                fb = html.escape(r.feedback)
-                if r.diagnosis:
-                    fb += f"<br><b>Likely mistake:</b> {html.escape(r.diagnosis)}"
                 out.append(
                     f"<tr><td>{mark}</td><td>{html.escape(r.name)}</td><td>{html.escape(r.checks)}</td>"
-                    f"<td>{_format_points(r.points)}/{_format_points(r.max_points)}</td><td>{fb}</td></tr>"
+                    f"<td>{_format_points(r.points)}/{_format_points(r.max_points)}</td>"
+                    f"<td>{html.escape(r.feedback)}</td></tr>"
                 )
             out.append("</tbody></table>")
+            for m in mistake_lines(self.results):
+                head, _, message = m.partition(": ")
+                out.append(f"<p><b>{html.escape(head)}:</b> {html.escape(message)}</p>")
+            for c in self.composition_lines():
+                out.append(f"<p>{html.escape(c)}</p>")
         out.append("</div>")
         return "".join(out)
+
+
+def composition_lines(function: str, comp: Composition | dict | None, max_score: float) -> list[str]:
+    """The feedback on a function graded with references standing in for its graded callees."""
+    if comp is None:
+        return []
+    c = comp if isinstance(comp, dict) else asdict(comp)
+    callees = " and ".join(c["callees"])
+    own = f"With your own {callees}, {function} scores {_format_points(c['score'])}/{_format_points(max_score)}"
+    if c["failed"]:
+        own += f" (failing {', '.join(repr(t) for t in c['failed'])})"
+    return [
+        f"{own}. The score above was measured with the reference {callees} in its place: "
+        f"a mistake in {callees} costs points once, in {callees}'s own tests."
+    ]
 
 
 def _format_points(x: float) -> str:
@@ -528,19 +664,125 @@ def _default_judge(case: Case, names: Sequence[str]) -> Judge:
     return judge_
 
 
-def _diagnose(exercise: Exercise, case: Case, actual: Sequence[Any], names: Sequence[str]) -> str:
-    judge_ = _default_judge(case, names)
-    for mistake in exercise.mistakes:
-        outs = []
-        for c in case.calls:
-            o = call_once(mistake.implementation, c, time_limit=None)
-            if o.status != "ok":
-                break
-            outs.append(o.value)
-        else:
-            if judge_(case.calls, actual, outs) is None:
-                return mistake.message
+def _diagnose(
+    exercise: Exercise,
+    failed: dict[int, list[Any]],
+    passed: set[int],
+    seed: int | None,
+) -> dict[int, list[str]]:
+    """The named mistakes that explain each failed case (index -> messages, in the exercise's
+    order). A mistake explains a case when its outputs there equal the student's; it is left
+    out when the student passes a case that the mistake fails (the student's code does not
+    have that mistake: an overflow is not the cause when the large-input test passes)."""
+    cases = exercise.cases(seed)
+    names = exercise.output_names
+    found: dict[int, list[str]] = {}
+    for run in exercise.mistake_runs(seed):
+        if any(run.fails[i] for i in passed):
+            continue
+        for i, actual in failed.items():
+            outs = run.outputs[i]
+            if outs is None:
+                continue
+            try:
+                same = _default_judge(cases[i], names)(cases[i].calls, actual, outs) is None
+            except Exception:  # noqa: BLE001 - a diagnosis is a hint; its failure must not lose the grade
+                same = False
+            if same:
+                found.setdefault(i, []).append(run.mistake.message)
+    return found
+
+
+#: Hints for the errors students' shape bugs raise, keyed by a phrase of the error message.
+ERROR_HINTS: tuple[tuple[str, str], ...] = (
+    (
+        "on tensors of dimension other than 2",
+        "`.T` reverses every dim of a tensor that is not 2-D: to swap the last two dims of a batch, "
+        "use `k.transpose(-2, -1)`",
+    ),
+    (
+        "must match the size of tensor b",
+        "two tensors do not broadcast: compare their shapes on that line (dims are aligned from the "
+        "right). A reduction without `keepdim=True` drops its dim, and a mask must broadcast to the "
+        "scores' shape as given, without being reshaped inside the function",
+    ),
+    (
+        "cannot be multiplied",
+        "a matrix product of incompatible shapes: the last dim of the left factor must equal the "
+        "second-to-last dim of the right one",
+    ),
+    (
+        "is invalid for input of size",
+        "a view or reshape asks for a different number of elements than the tensor has: compute the "
+        "sizes from the input's own shape",
+    ),
+    (
+        "view size is not compatible with input tensor",
+        "`.view` needs contiguous memory, which a transpose breaks: use `.reshape`, or `.contiguous()` first",
+    ),
+    ("Dimension out of range", "a dim index beyond the tensor's number of dims: count dims from the end (-1, -2)"),
+    ("only supports boolean masks", "`masked_fill` needs a bool mask (True = may attend); do not convert it"),
+    ("expected a value of type", "an argument has the wrong type for that torch call"),
+)
+
+
+def error_hint(message: str) -> str:
+    """The hint for a student's error message, or ``""``."""
+    for phrase, hint in ERROR_HINTS:
+        if phrase in message:
+            return hint
     return ""
+
+
+def _describe_value(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        dtype = str(v.dtype).removeprefix("torch.")
+        return f"{shape_str(v)} {dtype}"
+    if isinstance(v, (tuple, list)):
+        return "(" + ", ".join(_describe_value(x) for x in v) + ")"
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return repr(v) if not isinstance(v, float) else "a float"
+    return type(v).__name__
+
+
+def describe_inputs(reference: Callable[..., Any], call: Call) -> str:
+    """The shapes and dtypes of a call's inputs, named as the reference names its parameters
+    (values are never shown: they are hidden inputs)."""
+    try:
+        params = list(inspect.signature(reference).parameters)
+    except (TypeError, ValueError):
+        params = []
+    parts = []
+    for i, a in enumerate(call.args):
+        name = params[i] if i < len(params) else f"argument {i}"
+        parts.append(f"{name} {_describe_value(a)}")
+    parts += [f"{k}={_describe_value(v)}" for k, v in call.kwargs.items()]
+    return ", ".join(parts)
+
+
+def _error_feedback(exercise: Exercise, call: Call, outcome: Outcome) -> str:
+    message = outcome.message
+    if outcome.status != "error":
+        return message
+    hint = error_hint(message)
+    text = f"{message}. Inputs of this test: {describe_inputs(exercise.reference, call)}"
+    return f"{text}. Hint: {hint}" if hint else text
+
+
+def _structure(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"a tensor of shape {shape_str(v)}"
+    if isinstance(v, tuple):
+        return f"a tuple of {len(v)}"
+    return _with_article(type(v).__name__)
+
+
+def _internal_feedback(actual: Sequence[Any], expected: Sequence[Any]) -> str:
+    """What to say when judging itself failed on odd outputs: never the internal error."""
+    for a, e in zip(actual, expected, strict=False):
+        if _structure(a) != _structure(e):
+            return f"the output could not be checked: it is {_structure(a)}, expected {_structure(e)}"
+    return "the output could not be checked: it does not have the structure of the expected output"
 
 
 PROPERTY_GATE = (
@@ -573,9 +815,11 @@ def judge(
 ) -> Report:
     """Score ``outcomes`` (from :func:`run_calls` or a sandbox) against the reference.
 
-    A forbidden torch call seen at run time scores 0. Property and invariance cases, and value
+    A forbidden torch call seen at run time scores 0. A call that made a temporary over the
+    exercise's ``temporary_limit`` fails its case. Property and invariance cases, and value
     cases whose answer does not depend on the input values, earn their points only when every
-    other value case passes (:meth:`Exercise.gated`).
+    other value case passes (:meth:`Exercise.gated`). Every named mistake whose outputs equal
+    the student's on a failed case is listed, unless the student passes a case it fails.
     """
     seen = runtime_violations(outcomes)
     if seen:
@@ -584,27 +828,52 @@ def judge(
     expected = exercise.expected(seed)
     names = exercise.output_names
     results: list[TestResult] = []
+    failed: dict[int, list[Any]] = {}
+    passed: set[int] = set()
     all_not_implemented = True
-    for case, outs, exp in zip(cases, outcomes, expected, strict=False):
+    for i, (case, outs, exp) in enumerate(zip(cases, outcomes, expected, strict=False)):
         problem = _first_problem(outs)
         if problem is None or problem.status != "not_implemented":
             all_not_implemented = False
         if problem is not None:
-            results.append(TestResult(case.name, case.checks, 0.0, case.points, False, problem.message))
+            call = case.calls[list(outs).index(problem)]
+            results.append(
+                TestResult(case.name, case.checks, 0.0, case.points, False, _error_feedback(exercise, call, problem))
+            )
             continue
         actual = [o.value for o in outs]
+        feedback: str | None
         try:
             feedback = (case.judge or _default_judge(case, names))(case.calls, actual, exp)
-        except Exception as e:  # noqa: BLE001 - odd outputs must not crash the judge
-            feedback = f"the output could not be checked ({type(e).__name__}: {_short(str(e), 120)})"
+        except Exception:  # noqa: BLE001 - odd outputs must not crash the judge, nor show its internals
+            feedback = _internal_feedback(actual, exp)
         if feedback is None:
+            over = _over_limit(exercise, case, outs)
+            if over:
+                results.append(
+                    TestResult(
+                        case.name,
+                        case.checks,
+                        0.0,
+                        case.points,
+                        False,
+                        over,
+                        exercise.temporary_message,
+                        diagnoses=[exercise.temporary_message] if exercise.temporary_message else [],
+                    )
+                )
+                continue
+            passed.add(i)
             results.append(TestResult(case.name, case.checks, case.points, case.points, True))
             continue
-        try:
-            diagnosis = _diagnose(exercise, case, actual, names)
-        except Exception:  # noqa: BLE001 - a diagnosis is a hint; its failure must not lose the grade
-            diagnosis = ""
-        results.append(TestResult(case.name, case.checks, 0.0, case.points, False, feedback, diagnosis))
+        failed[i] = actual
+        results.append(TestResult(case.name, case.checks, 0.0, case.points, False, feedback))
+    try:
+        diagnoses = _diagnose(exercise, failed, passed, seed) if failed else {}
+    except Exception:  # noqa: BLE001 - a diagnosis is a hint; its failure must not lose the grade
+        diagnoses = {}
+    for i, messages in diagnoses.items():
+        results[i].diagnosis, results[i].diagnoses = messages[0], messages
     gated = exercise.gated()
     if not all(r.passed for i, r in enumerate(results) if i not in gated):
         for i, r in enumerate(results):
@@ -618,6 +887,20 @@ def judge(
     else:
         status = "passed" if all(r.passed for r in results) else "failed"
     return Report(exercise.name, results, status, list(notes))
+
+
+def _over_limit(exercise: Exercise, case: Case, outs: Sequence[Outcome]) -> str:
+    """Feedback when a call made a temporary larger than the exercise allows, else ``""``."""
+    if exercise.temporary_limit is None:
+        return ""
+    for call, o in zip(case.calls, outs, strict=False):
+        limit = exercise.temporary_limit(call)
+        if o.largest > limit:
+            return (
+                f"the correct values, but one temporary held {o.largest:,} numbers, more than the "
+                f"{limit:,} this test allows"
+            )
+    return ""
 
 
 def zero_report(exercise: Exercise, status: ReportStatus, note: str, seed: int | None = None) -> Report:

@@ -40,6 +40,19 @@ def resolve(path):
     return None
 
 
+def _tensors(tree):
+    """The tensors in a nest of tuples, lists and dicts (an operator's arguments or results)."""
+    stack = [tree]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            yield x
+        elif isinstance(x, (tuple, list)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+
+
 class _Functions(TorchFunctionMode):
     def __init__(self, watch):
         super().__init__()
@@ -70,7 +83,10 @@ class _Operators(TorchDispatchMode):
             name = ""
         if name in self.watch.ops:
             self.watch._saw(f"the operator {name}")
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if self.watch.track_largest:
+            self.watch._measure(args, kwargs, out)
+        return out
 
 
 class OpWatch:
@@ -81,13 +97,16 @@ class OpWatch:
             that do not resolve are ignored (their operators are watched through ``ops``).
         methods: tensor method names (``"softmax"`` for ``x.softmax()``).
         ops: aten operator names as in their schema (``"aten::_softmax"``).
+        largest: also record in ``largest`` the size, in elements, of the largest new
+            floating-point storage an operator created (a temporary such as a score matrix);
+            views, in-place results and integer or bool tensors are not counted.
 
     ``seen`` lists what ran, in the order first seen. Resolve the watch *before* untrusted code
     runs: the objects are compared by identity, so replacing ``torch.softmax`` later changes
     nothing.
     """
 
-    def __init__(self, functions=(), methods=(), ops=()):
+    def __init__(self, functions=(), methods=(), ops=(), largest=False):
         self.functions = {}
         for path in functions:
             obj = resolve(path)
@@ -99,16 +118,28 @@ class OpWatch:
                 self.functions[id(obj)] = f"the tensor method .{m}()"
         self._keep = [resolve(p) for p in functions]  # keep the objects alive: ids stay theirs
         self.ops = frozenset(ops)
+        self.track_largest = bool(largest)
         self.seen = []
+        self.largest = 0
         self._modes = []
 
     def _saw(self, what):
         if what not in self.seen and len(self.seen) < 20:
             self.seen.append(what)
 
+    def _measure(self, args, kwargs, out):
+        inputs = set()
+        for t in _tensors((args, kwargs)):
+            inputs.add(t.untyped_storage().data_ptr())
+        for t in _tensors(out):
+            if t.is_floating_point() or t.is_complex():
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in inputs:
+                    self.largest = max(self.largest, storage.nbytes() // max(1, t.element_size()))
+
     @property
     def empty(self):
-        return not self.functions and not self.ops
+        return not self.functions and not self.ops and not self.track_largest
 
     def __enter__(self):
         if not self.empty:

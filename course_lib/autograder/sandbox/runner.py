@@ -272,6 +272,8 @@ class _Conversation:
         status = g.get("status")
         if status not in OUTCOME_STATUSES:
             return Outcome("bad_type", message="returned a value that cannot be read", seen=seen)
+        largest = g.get("largest")
+        largest = largest if type(largest) is int and largest >= 0 else 0
         if status != "ok":
             return Outcome(status, message=_clip_str(g.get("msg")), seen=seen)
         try:
@@ -280,7 +282,7 @@ class _Conversation:
             return Outcome("bad_type", message=str(e), seen=seen)
         except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as e:
             return Outcome("bad_type", message=f"returned a value that cannot be read ({type(e).__name__})", seen=seen)
-        return Outcome("ok", value=value, seen=seen)
+        return Outcome("ok", value=value, seen=seen, largest=largest)
 
 
 @dataclass(frozen=True)

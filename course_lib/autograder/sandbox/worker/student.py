@@ -638,10 +638,12 @@ class StudentHarness:
             args = tuple(self._decode_arg(a, arg_blobs) for a in header["args"])
             kwargs = {k: self._decode_arg(v, arg_blobs) for k, v in header["kwargs"]}
         except Exception as e:  # noqa: BLE001 - the grader's own data: should never happen
-            return {"status": "error", "msg": f"could not rebuild the arguments: {_safe_str(e)}"}, []
+            bad = e
+            _guarded(lambda: sys.stderr.write(f"could not rebuild the arguments: {_safe_str(bad)}\n"), None)
+            return {"status": "error", "msg": "not run: the grader could not send this test's inputs"}, []
         limit = self.call_seconds
         if watch is not None:
-            watch.seen = []
+            watch.seen, watch.largest = [], 0
         try:
             try:
                 _arm(max(limit * CALL_WALL_FACTOR, limit + 5.0), cpu=limit)
@@ -655,7 +657,8 @@ class StudentHarness:
                 _disarm()
             if _timer["fired"]:
                 raise _Deadline()
-            return {"status": "ok", "value": tree, "seen": list(watch.seen) if watch else []}, blobs
+            largest = int(watch.largest) if watch is not None else 0
+            return {"status": "ok", "value": tree, "seen": list(watch.seen) if watch else [], "largest": largest}, blobs
         except _Deadline:
             return {"status": "timeout", "msg": f"took longer than {limit:g} s", "seen": _seen(watch)}, []
         except _BadType as e:
@@ -674,7 +677,23 @@ class StudentHarness:
         except BaseException as e:  # noqa: BLE001 - any student error is a graded outcome
             err = e
             msg = _guarded(lambda: f"raised {type(err).__name__}: {_safe_str(err)}", "raised an exception")
+            msg += _guarded(lambda: _student_line(err), "")
             return {"status": "error", "msg": msg, "seen": _seen(watch)}, []
+
+
+def _student_line(e: BaseException) -> str:
+    """``, in your line `...``` for the innermost frame of the notebook's cells, or ``""``."""
+    where = None
+    tb = e.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith("<cell "):
+            where = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if where is None:
+        return ""
+    line = linecache.getline(*where).strip()
+    return f", in your line `{_short(line, 160)}`" if line else ""
 
 
 def _seen(watch: Any) -> list[str]:
