@@ -17,6 +17,7 @@ import json
 import re
 from pathlib import Path
 
+from ..grading.core import composition_lines, mistake_lines
 from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
 from .text import csv_cell, markdown_escape, valid_utf8
@@ -69,10 +70,17 @@ def gradescope_results(rec: dict) -> dict:
     """One submission in Gradescope's autograder results format."""
     tests = []
     for fr in rec["functions"]:
+        said: dict[str, str] = {}  # each likely mistake in full once, on the first test it explains
         for r in fr["results"]:
             lines = [r["feedback"]] if r["feedback"] else ["passed"]
-            if r["diagnosis"]:
-                lines.append(f"Likely mistake: {r['diagnosis']}")
+            for message in r.get("diagnoses") or ([r["diagnosis"]] if r["diagnosis"] else []):
+                if message in said:
+                    lines.append(f"Likely mistake: the one named in test '{said[message]}'")
+                else:
+                    said[message] = r["name"]
+                    lines.append(f"Likely mistake: {message}")
+            if r is fr["results"][-1]:
+                lines += composition_lines(fr["function"], fr.get("composition"), fr["max_score"])
             tests.append(
                 {
                     "name": f"{fr['function']}: {r['checks']}",
@@ -126,9 +134,11 @@ def feedback_markdown(student: str, recs: list[dict]) -> str:
                 line = f"- {mark} ({r['points']:g}/{r['max_points']:g}) **{e(r['name'])}**: {e(r['checks'])}"
                 if r["feedback"] and not fr["notes"]:
                     line += f". {e(r['feedback'])}"
-                if r["diagnosis"]:
-                    line += f". *Likely mistake:* {e(r['diagnosis'])}"
                 lines.append(line)
+            for m in mistake_lines(fr["results"]):
+                head, _, message = m.partition(": ")
+                lines.append(f"- *{e(head)}:* {e(message)}")
+            lines += [f"- {e(c)}" for c in composition_lines(fr["function"], fr.get("composition"), fr["max_score"])]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -152,9 +162,12 @@ def feedback_html(student: str, recs: list[dict]) -> str:
                 item = f"{mark} ({r['points']:g}/{r['max_points']:g}) <b>{h(r['name'])}</b>: {h(r['checks'])}"
                 if r["feedback"] and not fr["notes"]:
                     item += f". {h(r['feedback'])}"
-                if r["diagnosis"]:
-                    item += f". <i>Likely mistake:</i> {h(r['diagnosis'])}"
                 items.append(f"<li>{item}</li>")
+            for m in mistake_lines(fr["results"]):
+                head, _, message = m.partition(": ")
+                items.append(f"<li><i>{h(head)}:</i> {h(message)}</li>")
+            comp = composition_lines(fr["function"], fr.get("composition"), fr["max_score"])
+            items += [f"<li>{h(c)}</li>" for c in comp]
             body.append("<ul>" + "".join(items) + "</ul>")
     return (
         '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Feedback for '

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dis
 import inspect
 import textwrap
 import types
@@ -235,7 +236,7 @@ OPS_OF_RULE: dict[str, tuple[str, ...]] = {
 def watch_spec(rules: Sequence[str]) -> dict[str, list[str]]:
     """What the runtime layer watches for an exercise's rules: torch functions by dotted path,
     tensor methods by name, and aten operators (plain data, sent to the sandbox)."""
-    functions = sorted({r for r in rules if not r.startswith("method:")})
+    functions = sorted({r for r in rules if ":" not in r})
     methods = sorted({r.split(":", 1)[1] for r in rules if r.startswith("method:")})
     ops = sorted({op for r in rules for op in OPS_OF_RULE.get(r, ())})
     return {"functions": functions, "methods": methods, "ops": ops}
@@ -388,6 +389,10 @@ def _describe(path: str, written: str) -> str:
     if path.split(".")[0] == REFERENCE_PACKAGE:
         return f"uses {shown}, a reference implementation: graded functions must be your own code"
     return f"uses {shown}, which this exercise asks you to write yourself"
+
+
+def _graded_note(name: str) -> str:
+    return f"calls your own {name}, which this exercise asks you to do without (write it out here)"
 
 
 def _dynamic_note(what: str) -> str:
@@ -559,12 +564,14 @@ class _Rules:
     exact: set[str]
     methods: set[str]
     objects: dict[int, str] = field(default_factory=dict)  # live mode: id(object) -> rule
+    graded: set[str] = field(default_factory=set)  # the notebook's own graded functions not to call
 
     @classmethod
     def of(cls, rules: Sequence[str], live: bool) -> _Rules:
         r = cls(
-            {x for x in rules if not x.startswith("method:")},
+            {x for x in rules if ":" not in x},
             {x.split(":", 1)[1] for x in rules if x.startswith("method:")},
+            graded={x.split(":", 1)[1] for x in rules if x.startswith("graded:")},
         )
         if live:
             for rule in r.exact:
@@ -647,6 +654,8 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
         if n in seen_names:
             return
         seen_names.add(n)
+        if n in r.graded and n != name and env.values(n):
+            note(_graded_note(n))
         for value in env.values(n):
             push(value)
 
@@ -774,12 +783,17 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
     todo: list[Any] = [fn]
     import torch
 
+    own_globals = getattr(fn, "__globals__", None) or {}
+    graded = {id(own_globals[n]): n for n in r.graded if callable(own_globals.get(n)) and own_globals[n] is not fn}
     try:
         while todo:
             obj = todo.pop()
             if id(obj) in seen:
                 continue
             seen.add(id(obj))
+            if id(obj) in graded:
+                note(_graded_note(graded[id(obj)]))
+                continue
             if isinstance(obj, types.MethodType):
                 obj = obj.__func__
             if isinstance(obj, functools_partial()):
@@ -802,9 +816,6 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                 continue
             if not _defined_here(obj) and obj is not fn:
                 continue  # library code (torch, numpy): the runtime layer watches what it runs
-            tree = _source_tree(obj)
-            if tree is None:
-                continue
             trusted = trusted_root and _is_reference(obj)
             env = dict(vars(builtins))
             env.update(getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or builtins))
@@ -816,6 +827,13 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                         env[var] = cell.cell_contents
                     except ValueError:
                         pass
+            tree = _source_tree(obj)
+            if isinstance(code, types.CodeType) and (tree is None or obj.__name__ == "<lambda>"):
+                # no source to read (made with exec, or a lambda among others on its line): the
+                # names its bytecode loads are checked instead, so it is never left unchecked
+                todo.extend(_bytecode_refs(code, env, r, note, trusted))
+            if tree is None:
+                continue
             local = _stored_names(tree) - ({tree.name} if hasattr(tree, "name") else set())
             imports = _local_imports(tree)
             for ref in _refs(tree):
@@ -865,6 +883,57 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
     except RecursionError:
         note("could not be checked: the code is nested too deeply")
     return found
+
+
+def _code_loads(code: types.CodeType, depth: int = 0) -> tuple[set[str], set[str]]:
+    """The global (and closure) names and the attribute names that a code object and the code
+    nested in it load, read from its bytecode."""
+    globals_, attrs = set(code.co_freevars), set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_GLOBALS"):
+            globals_.add(str(ins.argval))
+        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IMPORT_NAME", "IMPORT_FROM"):
+            attrs.add(str(ins.argval))
+    if depth < 20:
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                g, a = _code_loads(const, depth + 1)
+                globals_ |= g
+                attrs |= a
+    return globals_, attrs
+
+
+def _bytecode_refs(
+    code: types.CodeType, env: dict[str, Any], r: _Rules, note: Callable[[str | None], None], trusted: bool
+) -> list[Any]:
+    """Check the names a function's bytecode loads (when its source cannot be read); returns
+    the objects they reach, to follow in turn. An attribute is forbidden when it is a forbidden
+    tensor method, or the last part of a rule whose module the code also loads (``torch`` and
+    ``softmax``)."""
+    names, attrs = _code_loads(code)
+    modules = {v.__name__ for n in names if isinstance(v := env.get(n), types.ModuleType)}
+    for a in sorted(attrs):
+        if a in r.methods:
+            note(_describe(f"the tensor method .{a}()", f"{a} (read from its bytecode)"))
+        for rule in r.exact:
+            parent, _, last = rule.rpartition(".")
+            if last == a and any(parent == m or parent.startswith(m + ".") for m in modules):
+                note(_describe(rule, f"{a} (read from its bytecode)"))
+    reached = []
+    for n in sorted(names):
+        if n not in env:
+            continue
+        value = env[n]
+        if id(value) in r.objects:
+            note(_describe(r.objects[id(value)], n))
+        elif not trusted and _is_reference(value):
+            note(_describe(_object_path(value) or n, n))
+        elif any(value is getattr(builtins, b) for b in DYNAMIC_BUILTINS):
+            note(_dynamic_note(f"{n}()"))
+        elif isinstance(value, types.ModuleType):
+            note(_check_path(value.__name__, n, r, trusted))
+        reached.append(value)
+    return reached
 
 
 def _defined_here(obj: Any) -> bool:
