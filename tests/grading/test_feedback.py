@@ -43,8 +43,7 @@ def test_a_function_made_with_exec_that_calls_a_helper_is_followed_into_the_help
 
 
 # two lambdas on one line: the source cannot say which is which, the bytecode can
-ok_lambda = lambda x, dim=-1: x.exp() / x.exp().sum(dim, keepdim=True)
-bad_lambda = lambda x, dim=-1: x.softmax(dim)  # noqa: E501, E702, E731
+ok_lambda, bad_lambda = (lambda x, dim=-1: x.exp() / x.exp().sum(dim, keepdim=True), lambda x, dim=-1: x.softmax(dim))
 
 
 def test_a_lambda_sharing_its_line_is_checked_by_its_own_bytecode():
