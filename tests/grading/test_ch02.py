@@ -255,16 +255,54 @@ def sdpa_inverted_mask(q, k, v, mask=None):
     return w @ v, w
 
 
+def _nan_softmax(scores, dim=-1):
+    """A softmax that subtracts the max but gives NaN (0 / 0) for an all -inf row, as torch.softmax."""
+    e = torch.exp(scores - scores.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
 def sdpa_large_negative_mask(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e4)
-    w = torch.softmax(scores, dim=-1)
+    w = _nan_softmax(scores)
+    return w @ v, w
+
+
+def sdpa_as_in_the_annotated_transformer(query, key, value, mask=None):
+    # The Annotated Transformer's attention(), with the student's own softmax in place of scores.softmax
+    d_k = query.size(-1)
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    p_attn = _nan_softmax(scores, dim=-1)
+    return torch.matmul(p_attn, value), p_attn
+
+
+def sdpa_softmax_over_dim_1(q, k, v, mask=None):
+    w = _stable(_masked_scores(q, k, mask, math.sqrt(q.shape[-1])), dim=1)
     return w @ v, w
 
 
 def sdpa_nan_for_fully_masked_rows(q, k, v, mask=None):
+    w = _nan_softmax(_masked_scores(q, k, mask, math.sqrt(q.shape[-1])), dim=-1)
+    return w @ v, w
+
+
+def sdpa_calling_the_softmax_method(query, key, value, mask=None):
+    # the Annotated Transformer's own line: scores.softmax(dim=-1)
+    scores = _masked_scores(query, key, mask, math.sqrt(query.size(-1)))
+    p_attn = scores.softmax(dim=-1)
+    return p_attn @ value, p_attn
+
+
+def sdpa_calling_torch_softmax(q, k, v, mask=None):
     w = torch.softmax(_masked_scores(q, k, mask, math.sqrt(q.shape[-1])), dim=-1)
+    return w @ v, w
+
+
+def sdpa_calling_functional_softmax(q, k, v, mask=None):
+    w = F.softmax(_masked_scores(q, k, mask, math.sqrt(q.shape[-1])), dim=-1)
     return w @ v, w
 
 
@@ -400,6 +438,16 @@ def self_attention_nan_for_fully_masked_rows(x, W_q, W_k, W_v, mask=None):
     return sdpa_nan_for_fully_masked_rows(x @ W_q, x @ W_k, x @ W_v, mask)
 
 
+def self_attention_as_in_the_annotated_transformer(x, W_q, W_k, W_v, mask=None):
+    return sdpa_as_in_the_annotated_transformer(x @ W_q, x @ W_k, x @ W_v, mask)
+
+
+def self_attention_calling_torch_softmax(x, W_q, W_k, W_v, mask=None):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    w = torch.softmax(_masked_scores(q, k, mask, math.sqrt(q.shape[-1])), dim=-1)
+    return w @ v, w
+
+
 def self_attention_using_torch_sdpa(x, W_q, W_k, W_v, mask=None):
     q, k, v = x @ W_q, x @ W_k, x @ W_v
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
@@ -463,7 +511,7 @@ def test_reference_and_alternative_correct_implementations_score_full_marks(name
     assert report.diagnoses == []
 
 
-@pytest.mark.parametrize("name, total", [("softmax", 10), ("scaled_dot_product_attention", 12), ("self_attention", 10)])
+@pytest.mark.parametrize("name, total", [("softmax", 10), ("scaled_dot_product_attention", 13), ("self_attention", 11)])
 def test_points_per_function(name, total):
     ex = exercise(name)
     assert ex.max_score == total
@@ -507,7 +555,9 @@ MISTAKES = [
     ("scaled_dot_product_attention", sdpa_ignoring_mask, "ignoring the mask"),
     ("scaled_dot_product_attention", sdpa_mask_after_softmax, "mask after the softmax"),
     ("scaled_dot_product_attention", sdpa_inverted_mask, "inverting the mask"),
-    ("scaled_dot_product_attention", sdpa_large_negative_mask, "large negative number"),
+    ("scaled_dot_product_attention", sdpa_large_negative_mask, "large negative number (-1e4) instead of -inf"),
+    ("scaled_dot_product_attention", sdpa_as_in_the_annotated_transformer, "large negative number (-1e9)"),
+    ("scaled_dot_product_attention", sdpa_softmax_over_dim_1, "softmax over dim 1"),
     ("scaled_dot_product_attention", sdpa_nan_for_fully_masked_rows, "returns NaN when a whole row"),
     ("scaled_dot_product_attention", sdpa_weights_transposed, "weights transposed"),
     ("scaled_dot_product_attention", sdpa_outputs_swapped, "(weights, output) instead of (output, weights)"),
@@ -523,7 +573,8 @@ MISTAKES = [
     ("self_attention", self_attention_dropping_mask, "not passing the mask on"),
     ("self_attention", self_attention_softmax_over_queries, "softmax over the queries"),
     ("self_attention", self_attention_weights_transposed, "weights transposed"),
-    ("self_attention", self_attention_large_negative_mask, "large negative number"),
+    ("self_attention", self_attention_large_negative_mask, "large negative number (-1e4) instead of -inf"),
+    ("self_attention", self_attention_as_in_the_annotated_transformer, "large negative number (-1e9)"),
     ("self_attention", self_attention_nan_for_fully_masked_rows, "returns NaN when a whole row"),
 ]
 
@@ -563,11 +614,40 @@ def test_ignoring_the_mask_in_self_attention_fails_the_future_invariance_test():
     assert "earlier" in causal.feedback or "later keys" in causal.feedback
 
 
-def test_large_negative_mask_passes_except_on_fully_masked_rows():
+def test_large_negative_mask_fails_on_fully_masked_rows_and_under_very_negative_scores_only():
     report = check(sdpa_large_negative_mask, name="scaled_dot_product_attention")
-    failed = [r.name for r in report.results if not r.passed and not r.withheld]
-    assert failed == ["fully masked row"]
-    assert "uniform weights" in report.results[[r.name for r in report.results].index("fully masked row")].diagnosis
+    failed = {r.name: r for r in report.results if not r.passed and not r.withheld}
+    assert set(failed) == {"fully masked row", "masked keys under very negative scores"}
+    assert "uniform weights" in failed["fully masked row"].diagnosis
+    assert "below -1e4 the masked keys win" in failed["masked keys under very negative scores"].diagnosis
+
+
+def test_a_minus_1e4_fill_lets_masked_keys_win_when_the_real_scores_are_below_it():
+    # scores about -1e5: a fill of -1e4 is the largest score of the row, a fill of -1e9 is not
+    ex = exercise("scaled_dot_product_attention")
+    case = next(c for c in ex.cases() if c.name == "masked keys under very negative scores")
+    call = case.calls[0]
+    _, w = sdpa_large_negative_mask(*call.args, **call.kwargs)
+    blocked = ~call.kwargs["mask"]
+    assert torch.allclose(w.masked_fill(~blocked, 0.0).sum(-1), torch.ones(w.shape[:-1]))
+    _, w9 = sdpa_as_in_the_annotated_transformer(*call.args, **call.kwargs)
+    assert float(w9.masked_fill(~blocked, 0.0).sum()) == 0.0
+
+
+def test_annotated_transformer_attention_with_a_minus_1e9_fill_is_named_on_both_of_its_failures():
+    report = check(sdpa_as_in_the_annotated_transformer, name="scaled_dot_product_attention")
+    failed = {r.name: r for r in report.results if not r.passed and not r.withheld}
+    assert set(failed) == {"fully masked row", "masked keys under very negative scores"}
+    for r in failed.values():
+        assert "(-1e9) instead of -inf" in r.diagnosis and "float('-inf')" in r.diagnosis
+
+
+def test_softmax_over_dim_1_is_named_where_dim_1_is_a_batch_dim():
+    report = check(sdpa_softmax_over_dim_1, name="scaled_dot_product_attention")
+    extra = next(r for r in report.results if r.name == "extra batch dims")
+    assert not extra.passed and "over dim 1" in extra.diagnosis
+    fixed = next(r for r in report.results if r.name == "fixed small case")  # 3-d: dim 1 is the queries
+    assert not fixed.passed and "over the queries (dim -2)" in fixed.diagnosis
 
 
 FORBIDDEN = [
@@ -578,9 +658,13 @@ FORBIDDEN = [
     ("scaled_dot_product_attention", sdpa_using_torch_sdpa, "torch.nn.functional.scaled_dot_product_attention"),
     ("scaled_dot_product_attention", sdpa_using_multihead_forward, "multi_head_attention_forward"),
     ("scaled_dot_product_attention", sdpa_using_course_lib, "reference implementation"),
+    ("scaled_dot_product_attention", sdpa_calling_torch_softmax, "torch.softmax"),
+    ("scaled_dot_product_attention", sdpa_calling_functional_softmax, "torch.nn.functional.softmax"),
+    ("scaled_dot_product_attention", sdpa_calling_the_softmax_method, ".softmax()"),
     ("self_attention", self_attention_using_torch_sdpa, "torch.nn.functional.scaled_dot_product_attention"),
     ("self_attention", self_attention_using_multihead_module, "torch.nn.MultiheadAttention"),
     ("self_attention", self_attention_using_course_lib, "reference implementation"),
+    ("self_attention", self_attention_calling_torch_softmax, "torch.softmax"),
 ]
 
 
@@ -592,11 +676,22 @@ def test_forbidden_call_is_reported_and_scores_zero(name, fn, phrase):
     assert any(phrase in n for n in report.notes), report.notes
 
 
-def test_softmax_is_allowed_inside_attention():
-    # torch.softmax is forbidden only inside the softmax exercise
-    report = check(sdpa_nan_for_fully_masked_rows, name="scaled_dot_product_attention")
+def test_attention_must_call_the_students_own_softmax_not_torchs():
+    # the notebook: "call your own softmax instead"; self_attention calls your own attention
+    for name in ("scaled_dot_product_attention", "self_attention"):
+        assert set(exercise("softmax").forbidden) <= set(exercise(name).forbidden), name
+    report = check(sdpa_nan_for_fully_masked_rows, name="scaled_dot_product_attention")  # its own softmax
     assert report.status == "failed"
     assert sum(r.passed for r in report.results) > 0
+
+
+def test_the_reference_attention_runs_no_softmax_operator_under_the_runtime_watch():
+    from course_lib.grading import run_calls
+    from course_lib.grading.core import runtime_violations
+
+    for name in ("scaled_dot_product_attention", "self_attention"):
+        ex = exercise(name)
+        assert runtime_violations(run_calls(getattr(course_lib, name), ex)) == [], name
 
 
 BROKEN = [

@@ -122,6 +122,7 @@ def _attend(
     scale="sqrt_d",
     sm_dim=-1,
     mask_mode="-inf",
+    fill=-1e9,
     sm="course",
     values="v",
     transpose_weights=False,
@@ -144,11 +145,12 @@ def _attend(
         elif mask_mode == "inverted":
             scores = scores.masked_fill(mask, _NEG_INF)
         elif mask_mode == "big_negative":
-            scores = scores.masked_fill(~mask, -1e9)
+            scores = scores.masked_fill(~mask, fill)
     if sm == "course":
         weights = softmax(scores, dim=sm_dim)
-    elif sm == "torch":  # NaN for an all -inf row
-        weights = torch.softmax(scores, dim=sm_dim)
+    elif sm == "nan":  # as torch.softmax: max subtracted, but NaN (0 / 0) for an all -inf row
+        e = torch.exp(scores - scores.amax(dim=sm_dim, keepdim=True))
+        weights = e / e.sum(dim=sm_dim, keepdim=True)
     else:  # "unstable": no max subtraction
         e = torch.exp(scores)
         weights = e / e.sum(dim=sm_dim, keepdim=True)
@@ -165,6 +167,15 @@ def _variant(**options):
         return _attend(q, k, v, mask, **options)
 
     return implementation
+
+
+def _big_negative_message(fill: str, who: str) -> str:
+    return (
+        f"filling masked scores with a large negative number ({fill}) instead of -inf: {who} that may "
+        f"attend to nothing gets uniform weights (the mean of the values) instead of zero weights, and "
+        f"where the real scores are below {fill} the masked keys win the weight; fill with "
+        "float('-inf') and use your softmax, which gives zeros for an all -inf row"
+    )
 
 
 _SDPA_MISTAKES = [
@@ -192,6 +203,12 @@ _SDPA_MISTAKES = [
         "query's weights must sum to 1 over the keys",
         _variant(sm_dim=-2),
     ),
+    Mistake(
+        "taking the softmax over dim 1 instead of the last dim: dim 1 is the queries only for "
+        "3-d scores (N, L, S), with more batch dims it is a batch dim; use dim=-1, the keys, "
+        "whatever the number of batch dims",
+        _variant(sm_dim=1),
+    ),
     Mistake("ignoring the mask: masked keys still get weight", _variant(mask_mode="ignore")),
     Mistake(
         "applying the mask after the softmax: masked weights are zeroed but the others are not "
@@ -202,16 +219,13 @@ _SDPA_MISTAKES = [
         "inverting the mask: True means 'may attend', but your code blocks the True entries",
         _variant(mask_mode="inverted"),
     ),
-    Mistake(
-        "masking with a large negative number: a fully masked row then gets uniform weights "
-        "(the mean of the values) instead of zero weights and a zero output",
-        _variant(mask_mode="big_negative"),
-    ),
+    Mistake(_big_negative_message("-1e9", "a query"), _variant(mask_mode="big_negative", fill=-1e9)),
+    Mistake(_big_negative_message("-1e4", "a query"), _variant(mask_mode="big_negative", fill=-1e4)),
     Mistake(
         "masking with -inf and a softmax that returns NaN when a whole row is -inf: a query "
         "that may attend to nothing must get zero weights and a zero output (your softmax "
         "should return zeros for an all -inf slice)",
-        _variant(sm="torch"),
+        _variant(sm="nan"),
     ),
     Mistake(
         "exponentiating without subtracting the max first: large scores overflow to inf and "
@@ -239,6 +253,24 @@ def _padding_mask(g: torch.Generator, N: int, S: int) -> torch.Tensor:
     """(N, 1, S): keys at or after a random length in [1, S - 1] are padding."""
     lengths = torch.randint(1, S, (N,), generator=g)
     return (torch.arange(S) < lengths[:, None]).unsqueeze(1)
+
+
+def _ranks(g: torch.Generator, N: int, S: int) -> torch.Tensor:
+    """(N, S): a random order of the keys of each sequence, as floats 0 .. S - 1."""
+    return torch.stack([torch.randperm(S, generator=g) for _ in range(N)]).float()
+
+
+def _far_below(g: torch.Generator, M: float, N: int, L: int, S: int, D: int = 4, Dv: int = 3):
+    """Queries, keys and values whose scores q.k / sqrt(D) are all about -M: key s of sequence n
+    scores -M (1 + 0.02 r) with r its rank, so the allowed key of lowest rank takes all the
+    weight (the scores are M / 50 apart), and a mask gives every query an allowed and a blocked
+    key. A masked key filled with a finite number above -M would win the weight instead."""
+    root = math.sqrt(M)
+    q = randn(g, N, L, D, scale=0.1)
+    k = randn(g, N, S, D)
+    q[..., 0] = root
+    k[..., 0] = -math.sqrt(D) * root * (1 + 0.02 * _ranks(g, N, S))
+    return (q, k, randn(g, N, S, Dv)), {"mask": _mixed_mask(g, N, L, S)}
 
 
 def _causal(T: int) -> torch.Tensor:
@@ -412,6 +444,12 @@ def _sdpa_cases() -> list[Case]:
             atol=1e-3,
             rtol=1e-3,
         ),
+        Case(
+            "masked keys under very negative scores",
+            "when every real score is far below -1e4 (and below -1e9), a masked key still gets weight exactly 0",
+            [Call(*_far_below(g, 1e5, 2, 3, 5)), Call(*_far_below(g, 1e10, 2, 4, 3))],
+            points=1,
+        ),
     ]
 
 
@@ -482,17 +520,31 @@ _SELF_ATTENTION_MISTAKES = [
         "returning the weights transposed: row t must hold token t's weights over the keys",
         _project_then(_variant(transpose_weights=True)),
     ),
-    Mistake(
-        "masking with a large negative number: a fully masked row then gets uniform weights "
-        "instead of zero weights and a zero output",
-        _project_then(_variant(mask_mode="big_negative")),
-    ),
+    Mistake(_big_negative_message("-1e9", "a token"), _project_then(_variant(mask_mode="big_negative", fill=-1e9))),
+    Mistake(_big_negative_message("-1e4", "a token"), _project_then(_variant(mask_mode="big_negative", fill=-1e4))),
     Mistake(
         "a softmax that returns NaN when a whole row is masked: a token that may attend to "
         "nothing must get zero weights and a zero output",
-        _project_then(_variant(sm="torch")),
+        _project_then(_variant(sm="nan")),
     ),
 ]
+
+
+def _sa_far_below(g: torch.Generator, M: float, N: int, T: int, E: int = 5, D: int = 4, Dv: int = 3):
+    """Self-attention inputs whose scores are all about -M (as :func:`_far_below`): feature 0 of
+    every token is 1 and feature 1 its rank; W_q turns feature 0 into a large query component,
+    W_k turns features 0 and 1 into a large negative key component that falls with the rank."""
+    root = math.sqrt(M)
+    x = randn(g, N, T, E)
+    x[..., 0] = 1.0
+    x[..., 1] = _ranks(g, N, T)
+    W_q, W_k = randn(g, E, D, scale=0.1), randn(g, E, D, scale=0.1)
+    W_q[:, 0] = 0.0
+    W_q[0, 0] = root
+    W_k[:, 0] = 0.0
+    W_k[0, 0] = -math.sqrt(D) * root
+    W_k[1, 0] = -0.02 * math.sqrt(D) * root
+    return (x, W_q, W_k, randn(g, E, Dv)), {"mask": _mixed_mask(g, N, T, T)}
 
 
 def _self_attention_cases() -> list[Case]:
@@ -579,6 +631,12 @@ def _self_attention_cases() -> list[Case]:
             points=1,
             judge=_self_attention_permutation(perm),
         ),
+        Case(
+            "masked tokens under very negative scores",
+            "when every real score is far below -1e4 (and below -1e9), a masked token still gets weight exactly 0",
+            [Call(*_sa_far_below(g, 2e5, 2, 5)), Call(*_sa_far_below(g, 2e10, 2, 4))],
+            points=1,
+        ),
     ]
 
 
@@ -588,6 +646,18 @@ _WHOLE_ATTENTION = (
     "torch.nn.functional.scaled_dot_product_attention",
     "torch.nn.MultiheadAttention",
     "torch.nn.functional.multi_head_attention_forward",
+)
+
+#: The softmax family: ``softmax`` writes it, and the attention functions call the student's own.
+_SOFTMAX_FAMILY = (
+    "torch.softmax",
+    "torch.nn.functional.softmax",
+    "torch.special.softmax",
+    "torch.nn.Softmax",
+    "torch.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "method:softmax",
+    "method:log_softmax",
 )
 
 EXERCISES = [
@@ -615,23 +685,14 @@ EXERCISES = [
             Mistake("always normalising over the last dim, ignoring the `dim` argument", _softmax_last),
             Mistake("forgetting to divide by the sum: the weights do not sum to 1", _softmax_no_norm),
         ],
-        forbidden=(
-            "torch.softmax",
-            "torch.nn.functional.softmax",
-            "torch.special.softmax",
-            "torch.nn.Softmax",
-            "torch.log_softmax",
-            "torch.nn.functional.log_softmax",
-            "method:softmax",
-            "method:log_softmax",
-        ),
+        forbidden=_SOFTMAX_FAMILY,
     ),
     Exercise(
         name="scaled_dot_product_attention",
         reference=scaled_dot_product_attention,
         make_cases=_sdpa_cases,
         mistakes=_SDPA_MISTAKES,
-        forbidden=_WHOLE_ATTENTION,
+        forbidden=_WHOLE_ATTENTION + _SOFTMAX_FAMILY,
         output_names=_ATTENTION_OUTPUTS,
     ),
     Exercise(
@@ -639,7 +700,7 @@ EXERCISES = [
         reference=self_attention,
         make_cases=_self_attention_cases,
         mistakes=_SELF_ATTENTION_MISTAKES,
-        forbidden=_WHOLE_ATTENTION,
+        forbidden=_WHOLE_ATTENTION + _SOFTMAX_FAMILY,
         output_names=_ATTENTION_OUTPUTS,
     ),
 ]
