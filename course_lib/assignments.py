@@ -50,6 +50,7 @@ TABLE: tuple[Assignment, ...] = (
         "ch06",
         ("padding_mask", "causal_mask", "position_wise_feed_forward", "label_smoothing_loss"),
     ),
+    Assignment("07_efficient_attention", "ch07", ("tiled_attention", "sliding_window_mask", "cached_attention_step")),
 )
 
 #: Assignment slug -> its graded functions, in notebook order.

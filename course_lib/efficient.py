@@ -1,7 +1,10 @@
-"""Efficient attention: tiled attention with an online softmax, and sliding-window attention.
+"""Efficient attention: tiled attention with an online softmax, sliding-window attention, and
+one decoding step with a KV cache.
 
-Both give the same result as :func:`course_lib.scaled_dot_product_attention` (with the
-corresponding mask) while avoiding the work or the memory of the full (L, S) score matrix.
+The first two give the same result as :func:`course_lib.scaled_dot_product_attention` (with
+the corresponding mask) while avoiding the work or the memory of the full (L, S) score
+matrix; the third gives the same result as causal self-attention over the whole prefix while
+computing only the newest position.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_mask, check_positive_int, check_shapes
-from .softmax import _masked_softmax
+from .softmax import _masked_softmax, softmax
 
-__all__ = ["tiled_attention", "sliding_window_mask", "sliding_window_attention"]
+__all__ = ["tiled_attention", "sliding_window_mask", "sliding_window_attention", "cached_attention_step"]
 
 
 def tiled_attention(
@@ -214,3 +217,76 @@ def sliding_window_attention(
     padded = q.new_zeros((*batch, L, before + S + pad[1]))  # (*, L, S + padding)
     weights = padded.scatter(-1, slot.expand_as(band_weights), band_weights)  # (*, L, S + padding)
     return output, weights[..., before : before + S]  # (*, L, S)
+
+
+def cached_attention_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    r"""One decoding step of causal self-attention with a KV cache.
+
+    At decoding step :math:`t` only the newest position is new: ``q``, ``k`` and ``v`` are
+    its query, key and value. The cache holds the keys and values of the :math:`t` earlier
+    positions; the step appends the new key and value *last*, along the time axis, and
+    attends from the new query over all :math:`t + 1` positions. No mask is needed: the
+    newest position may attend to every position, itself included. The output equals the
+    last row of causal self-attention over the whole prefix,
+    ``scaled_dot_product_attention(Q, K, V, causal_mask(t + 1))[0][..., -1:, :]``, without
+    recomputing the earlier positions.
+
+    Args:
+        q: the newest position's query.
+        k: its key.
+        v: its value.
+        cache: ``None`` at the first step, else ``(K, V)``, the keys and values of the
+            :math:`t` earlier positions (:math:`t \ge 0`). Not modified.
+
+    Shape:
+        - q, k, v: :math:`(N, H, 1, D)`
+        - cache: ``(K, V)``, each :math:`(N, H, t, D)`
+        - output: :math:`(N, H, 1, D)`
+        - new cache: ``(K', V')``, each :math:`(N, H, t + 1, D)`
+
+    Returns:
+        ``(output, (K', V'))``: the attention of ``q`` over all :math:`t + 1` positions, and
+        the updated cache, new tensors with the new position last (``K'[..., -1:, :]`` is
+        ``k``). Pass the cache to the next step.
+
+    Example::
+
+        >>> N, H, D = 2, 4, 16
+        >>> cache = None
+        >>> for step in range(5):
+        ...     q, k, v = (torch.randn(N, H, 1, D) for _ in range(3))
+        ...     out, cache = cached_attention_step(q, k, v, cache)
+        >>> out.shape, cache[0].shape
+        (torch.Size([2, 4, 1, 16]), torch.Size([2, 4, 5, 16]))
+    """
+    fn = "cached_attention_step"
+    if cache is None:
+        dims = check_shapes(fn, q=(q, "N H 1 D"), k=(k, "N H 1 D"), v=(v, "N H 1 D"))
+        keys, values = [k], [v]
+    else:
+        if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+            got = f"a {type(cache).__name__} of length {len(cache)}" if isinstance(cache, (tuple, list)) else None
+            raise TypeError(
+                f"{fn}: argument 'cache' must be None or a pair (K, V) of tensors of shape (N, H, t, D), "
+                f"got {got or type(cache).__name__}"
+            )
+        K, V = cache
+        dims = check_shapes(
+            fn,
+            True,  # floating point; positional, so that the cache's names can only be specs
+            q=(q, "N H 1 D"),
+            k=(k, "N H 1 D"),
+            v=(v, "N H 1 D"),
+            **{"cache[0]": (K, "N H t D"), "cache[1]": (V, "N H t D")},
+        )
+        keys, values = [K, k], [V, v]
+    K_new = torch.cat(keys, dim=-2)  # (N, H, t + 1, D), the new position last
+    V_new = torch.cat(values, dim=-2)  # (N, H, t + 1, D)
+    scores = q @ K_new.transpose(-2, -1) / math.sqrt(dims["D"])  # (N, H, 1, D) @ (N, H, D, t + 1) -> (N, H, 1, t + 1)
+    weights = softmax(scores, dim=-1)  # (N, H, 1, t + 1), over every position: no mask
+    return weights @ V_new, (K_new, V_new)  # (N, H, 1, t + 1) @ (N, H, t + 1, D) -> (N, H, 1, D)

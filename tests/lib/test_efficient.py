@@ -1,5 +1,5 @@
-"""Specification of course_lib.efficient: tiled_attention, sliding_window_mask and
-sliding_window_attention, and of the memory benchmark course_lib.memory."""
+"""Specification of course_lib.efficient: tiled_attention, sliding_window_mask,
+sliding_window_attention and cached_attention_step, and of the memory benchmark course_lib.memory."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from torch.utils._pytree import tree_leaves
 
 import course_lib
 from course_lib import (
+    cached_attention_step,
     causal_mask,
     scaled_dot_product_attention,
     sliding_window_attention,
@@ -467,14 +468,141 @@ def test_sliding_window_attention_rejects_bad_arguments_naming_them():
 
 
 # ---------------------------------------------------------------------------------------
+# cached_attention_step
+# ---------------------------------------------------------------------------------------
+
+
+def causal_attention_of_the_prefix(q, k, v):
+    """Causal self-attention over the whole prefix, recomputed: (N, H, T, D) -> (N, H, T, D)."""
+    return scaled_dot_product_attention(q, k, v, causal_mask(q.shape[-2]))[0]
+
+
+def decode(q, k, v):
+    """Feed positions 0..T-1 one at a time through cached_attention_step: the outputs
+    (N, H, T, D) and the final cache."""
+    cache, outputs = None, []
+    for t in range(q.shape[-2]):
+        position = slice(t, t + 1)
+        out, cache = cached_attention_step(q[..., position, :], k[..., position, :], v[..., position, :], cache)
+        outputs.append(out)
+    return torch.cat(outputs, dim=-2), cache
+
+
+@pytest.mark.parametrize("N, H, T, D", [(2, 3, 7, 4), (1, 1, 1, 5), (3, 2, 12, 8)])
+def test_cached_steps_equal_causal_self_attention_over_the_prefix(N, H, T, D):
+    q, k, v = (torch.randn(N, H, T, D) for _ in range(3))
+    outputs, (K, V) = decode(q, k, v)
+    assert outputs.shape == (N, H, T, D)
+    torch.testing.assert_close(outputs, causal_attention_of_the_prefix(q, k, v))
+    torch.testing.assert_close(outputs, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    torch.testing.assert_close(K, k, rtol=0, atol=0)
+    torch.testing.assert_close(V, v, rtol=0, atol=0)
+
+
+def test_cached_step_attends_over_the_cache_and_the_new_position():
+    N, H, t, D = 2, 3, 5, 4
+    K, V = torch.randn(N, H, t, D), torch.randn(N, H, t, D)
+    q, k, v = (torch.randn(N, H, 1, D) for _ in range(3))
+    out, (K_new, V_new) = cached_attention_step(q, k, v, (K, V))
+    assert out.shape == (N, H, 1, D) and K_new.shape == V_new.shape == (N, H, t + 1, D)
+    keys, values = torch.cat([K, k], dim=-2), torch.cat([V, v], dim=-2)
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, keys, values)[0])
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, keys, values))
+    torch.testing.assert_close(K_new[..., -1:, :], k, rtol=0, atol=0)  # the new position is last
+    torch.testing.assert_close(V_new[..., :-1, :], V, rtol=0, atol=0)
+
+
+def test_cached_first_step_without_cache_returns_the_value_and_a_cache_of_one_position():
+    q, k, v = (torch.randn(2, 3, 1, 4) for _ in range(3))
+    out, (K, V) = cached_attention_step(q, k, v)
+    torch.testing.assert_close(out, v)  # one position: weight 1
+    torch.testing.assert_close(K, k, rtol=0, atol=0)
+    torch.testing.assert_close(V, v, rtol=0, atol=0)
+
+
+def test_cached_step_accepts_an_empty_cache_as_the_first_step():
+    q, k, v = (torch.randn(2, 3, 1, 4) for _ in range(3))
+    empty = torch.zeros(2, 3, 0, 4)
+    out, (K, V) = cached_attention_step(q, k, v, (empty, empty))
+    torch.testing.assert_close(out, cached_attention_step(q, k, v)[0])
+    assert K.shape == V.shape == (2, 3, 1, 4)
+
+
+def test_cached_step_returns_new_tensors_and_leaves_its_inputs_unchanged():
+    q, k, v = (torch.randn(1, 2, 1, 4) for _ in range(3))
+    K, V = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    before = [t.clone() for t in (q, k, v, K, V)]
+    _, (K_new, V_new) = cached_attention_step(q, k, v, (K, V))
+    for t, old in zip((q, k, v, K, V), before, strict=True):
+        assert torch.equal(t, old)
+    first, (K_first, V_first) = cached_attention_step(q, k, v)
+    for new in (K_new, V_new, K_first, V_first):
+        assert all(new.untyped_storage().data_ptr() != t.untyped_storage().data_ptr() for t in (q, k, v, K, V))
+
+
+def test_cached_step_with_scores_of_magnitude_1e4_is_finite_and_matches_torch():
+    q = torch.full((1, 1, 1, 4), 100.0)
+    K = torch.linspace(-100, 100, 24).reshape(1, 1, 6, 4)
+    V = torch.randn(1, 1, 6, 4)
+    k, v = torch.full((1, 1, 1, 4), 50.0), torch.randn(1, 1, 1, 4)
+    out, _ = cached_attention_step(q, k, v, (K, V))
+    assert torch.isfinite(out).all()
+    keys, values = torch.cat([K, k], dim=-2), torch.cat([V, v], dim=-2)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, keys, values))
+
+
+def test_cached_step_float64_in_float64_out():
+    dt = torch.float64
+    q, k, v = (torch.randn(2, 2, 1, 3, dtype=dt) for _ in range(3))
+    K, V = torch.randn(2, 2, 4, 3, dtype=dt), torch.randn(2, 2, 4, 3, dtype=dt)
+    out, (K_new, V_new) = cached_attention_step(q, k, v, (K, V))
+    assert out.dtype == K_new.dtype == V_new.dtype == dt
+    keys, values = torch.cat([K, k], dim=-2), torch.cat([V, v], dim=-2)
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, keys, values)[0])
+
+
+def test_cached_step_rejects_bad_shapes_naming_the_argument():
+    q, k, v = (torch.randn(2, 3, 1, 4) for _ in range(3))
+    K, V = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
+    with pytest.raises(ValueError, match=r"'q'.*\(N=2, H=3, 1, D\).*\(2, 3, 2, 4\)"):
+        cached_attention_step(torch.randn(2, 3, 2, 4), k, v)
+    with pytest.raises(ValueError, match=r"'k'.*\(N=2, H=3, 1, D=4\).*\(2, 3, 1, 5\)"):
+        cached_attention_step(q, torch.randn(2, 3, 1, 5), v)
+    with pytest.raises(ValueError, match=r"'v'.*\(2, 3, 1\)"):
+        cached_attention_step(q, k, torch.randn(2, 3, 1))
+    with pytest.raises(ValueError, match=r"'cache\[0\]'.*\(N=2, H=3, t, D=4\).*\(2, 4, 5, 4\)"):
+        cached_attention_step(q, k, v, (torch.randn(2, 4, 5, 4), V))
+    with pytest.raises(ValueError, match=r"'cache\[1\]'.*\(N=2, H=3, t=5, D=4\).*\(2, 3, 6, 4\)"):
+        cached_attention_step(q, k, v, (K, torch.randn(2, 3, 6, 4)))
+    with pytest.raises(TypeError, match="'q'.*floating-point"):
+        cached_attention_step(q.long(), k, v)
+
+
+@pytest.mark.parametrize("cache", [(torch.randn(2, 3, 5, 4),), [torch.randn(2, 3, 5, 4)] * 3, "KV", 5])
+def test_cached_step_rejects_a_cache_that_is_not_a_pair(cache):
+    q = torch.randn(2, 3, 1, 4)
+    with pytest.raises(TypeError, match="'cache'.*pair"):
+        cached_attention_step(q, q, q, cache)
+
+
+# ---------------------------------------------------------------------------------------
 # package and benchmark
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["tiled_attention", "sliding_window_mask", "sliding_window_attention"])
-def test_efficient_functions_are_exported_documented_and_not_graded(name):
-    assert name in course_lib.__all__ and name not in course_lib.GRADED_FUNCTIONS
+@pytest.mark.parametrize("name", ["tiled_attention", "sliding_window_mask", "cached_attention_step"])
+def test_graded_efficient_functions_are_exported_documented_and_graded_in_chapter_7(name):
+    assert name in course_lib.__all__ and name in course_lib.GRADED_FUNCTIONS
+    assert name in course_lib.assignments.ASSIGNMENTS["07_efficient_attention"]
     doc = getattr(course_lib, name).__doc__
+    assert doc and "Args:" in doc and "Shape:" in doc and "Returns:" in doc
+
+
+def test_sliding_window_attention_is_exported_documented_and_not_graded():
+    assert "sliding_window_attention" in course_lib.__all__
+    assert "sliding_window_attention" not in course_lib.GRADED_FUNCTIONS
+    assert course_lib.__all__.count("sliding_window_attention") == 1
+    doc = sliding_window_attention.__doc__
     assert doc and "Shape:" in doc and "Returns:" in doc
 
 
