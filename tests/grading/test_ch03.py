@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import assert_diagnosed, implementation_id
+from conftest import assert_diagnosed, assert_full_marks, implementation_id
 
 import course_lib
 from course_lib.grading import check, exercise
@@ -118,6 +118,12 @@ def split_heads_d_and_h_swapped(x, num_heads):
 def split_heads_transposing_wrong_axes(x, num_heads):
     N, L, E = x.shape
     return x.view(N, L, num_heads, E // num_heads).transpose(2, 3)
+
+
+def split_heads_by_matmul_with_a_permutation(x, num_heads):
+    # right for float inputs, but a matmul is not defined for integer or bool tensors
+    N, L, E = x.shape
+    return (x @ torch.eye(E)).view(N, L, num_heads, E // num_heads).transpose(1, 2)
 
 
 def split_heads_using_course_lib(x, num_heads):
@@ -314,6 +320,27 @@ def mha_mask_after_softmax(query, key, value, W_q, W_k, W_v, W_o, num_heads, mas
 def mha_large_negative_mask(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, fill=-1e9, zero_empty_rows=False)
     return _merge(heads) @ W_o, weights
+
+
+def mha_with_a_half_precision_safe_fill(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    # -1e4 instead of -inf (kept finite for float16, as some public code does)
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, fill=-1e4, zero_empty_rows=False)
+    return _merge(heads) @ W_o, weights
+
+
+def mha_with_residual_and_layer_norm_inside(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    # as a MultiHeadAttention module that ends with `q += residual; q = self.layer_norm(q)`
+    residual = query
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    q = _merge(heads) @ W_o
+    q += residual
+    q = F.layer_norm(q, q.shape[-1:])
+    return q, weights
+
+
+def mha_with_residual_inside(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    return query + _merge(heads) @ W_o, weights
 
 
 def mha_nan_for_fully_masked_rows(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
@@ -556,6 +583,36 @@ def sum_form_nan_for_fully_masked_rows(query, key, value, W_q, W_k, W_v, W_o, nu
     return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads))
 
 
+def sum_form_with_a_minus_1e9_fill(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, fill=-1e9, zero_empty_rows=False)
+    D = heads.shape[-1]
+    return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(num_heads))
+
+
+def sum_form_with_residual_and_layer_norm_inside(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    out = sum_form_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)
+    return F.layer_norm(query + out, query.shape[-1:])
+
+
+def multi_head_attention(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    """The student's own (correct) concatenation form, under its graded name, as in the notebook."""
+    return mha_as_in_the_notebook(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)
+
+
+def merge_heads(x):
+    """The student's own merge_heads, under its graded name."""
+    return _merge(x)
+
+
+def sum_form_returning_the_concatenation_form(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    return multi_head_attention(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask)[0]
+
+
+def sum_form_concatenating_with_merge_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, _ = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask)
+    return merge_heads(heads) @ W_o
+
+
 def sum_form_bare_view_split(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     N, L, E = query.shape
     S, D = key.shape[1], E // num_heads
@@ -657,7 +714,7 @@ def test_the_reference_concatenation_form_passes_the_sum_form_exercise():
 
 @pytest.mark.parametrize(
     "name, total",
-    [("split_heads", 7), ("merge_heads", 7), ("multi_head_attention", 12), ("multi_head_attention_sum_form", 10)],
+    [("split_heads", 8), ("merge_heads", 7), ("multi_head_attention", 13), ("multi_head_attention_sum_form", 11)],
 )
 def test_points_per_function(name, total):
     ex = exercise(name)
@@ -722,7 +779,10 @@ MISTAKES = [
     ("multi_head_attention", mha_concatenating_projected_heads, "width H * E"),
     ("multi_head_attention", mha_inverted_mask, "inverting the mask"),
     ("multi_head_attention", mha_mask_after_softmax, "mask after the softmax"),
-    ("multi_head_attention", mha_large_negative_mask, "large negative number instead of -inf"),
+    ("multi_head_attention", mha_large_negative_mask, "large negative number (-1e9) instead of -inf"),
+    ("multi_head_attention", mha_with_a_half_precision_safe_fill, "large negative number (-1e4) instead of -inf"),
+    ("multi_head_attention", mha_with_residual_and_layer_norm_inside, "returning layer_norm(query + attention output)"),
+    ("multi_head_attention", mha_with_residual_inside, "adding the query to the attention output"),
     ("multi_head_attention", mha_nan_for_fully_masked_rows, "fully masked row gives NaN"),
     ("multi_head_attention", mha_unstable_softmax, "without subtracting the row maximum"),
     ("multi_head_attention", mha_softmax_over_queries, "softmax over the queries"),
@@ -742,6 +802,12 @@ MISTAKES = [
     ("multi_head_attention_sum_form", sum_form_inverted_mask, "inverting the mask"),
     ("multi_head_attention_sum_form", sum_form_mask_after_softmax, "mask after the softmax"),
     ("multi_head_attention_sum_form", sum_form_nan_for_fully_masked_rows, "fully masked row gives NaN"),
+    ("multi_head_attention_sum_form", sum_form_with_a_minus_1e9_fill, "large negative number (-1e9) instead of -inf"),
+    (
+        "multi_head_attention_sum_form",
+        sum_form_with_residual_and_layer_norm_inside,
+        "returning layer_norm(query + attention output)",
+    ),
     ("multi_head_attention_sum_form", sum_form_bare_view_split, "bare view/reshape to (N, H, L, D)"),
     ("multi_head_attention_sum_form", sum_form_interleaved_heads, "every H-th feature"),
 ]
@@ -819,12 +885,34 @@ def test_inverted_mask_fails_every_masked_test_and_passes_the_unmasked_ones():
     assert "fixed small case" not in failed and "several head counts" not in failed
 
 
-def test_large_negative_mask_passes_except_on_fully_masked_rows():
-    for name, fn in (("multi_head_attention", mha_large_negative_mask),):
-        report = check(fn, name=name)
-        failed = [r for r in report.results if not r.passed and not r.withheld]
-        assert [r.name for r in failed] == ["fully masked rows"]
-        assert "uniform weights" in failed[0].diagnosis
+def test_large_negative_fills_fail_on_fully_masked_rows_and_under_very_negative_scores_only():
+    for fn in (mha_large_negative_mask, mha_with_a_half_precision_safe_fill):
+        report = check(fn, name="multi_head_attention")
+        failed = {r.name: r for r in report.results if not r.passed and not r.withheld}
+        assert set(failed) == {"fully masked rows", "masked keys under very negative scores"}, fn.__name__
+        assert "uniform weights" in failed["fully masked rows"].diagnosis
+        assert "the masked keys win the weight" in failed["masked keys under very negative scores"].diagnosis
+
+
+def test_a_minus_1e4_fill_is_named_where_the_real_scores_are_below_minus_1e4():
+    report = check(mha_with_a_half_precision_safe_fill, name="multi_head_attention")
+    far = next(r for r in report.results if r.name == "masked keys under very negative scores")
+    assert "(-1e4)" in far.diagnosis and "float('-inf')" in far.diagnosis
+
+
+def test_a_multi_head_attention_module_with_its_own_add_and_norm_is_named_on_every_value_test():
+    report = check(mha_with_residual_and_layer_norm_inside, name="multi_head_attention")
+    assert report.score == 0, str(report)
+    assert_diagnosed(report, "belong to the transformer layer around the attention (Add & Norm)")
+
+
+def test_split_heads_keeps_integer_and_bool_inputs_as_they_are():
+    case = next(c for c in exercise("split_heads").cases() if c.name == "integer and bool inputs")
+    assert {c.args[0].dtype for c in case.calls} == {torch.int64, torch.bool}
+    report = check(split_heads_by_matmul_with_a_permutation, name="split_heads")
+    failed = [r for r in report.results if not r.passed]
+    assert [r.name for r in failed] == ["integer and bool inputs"]
+    assert failed[0].feedback
 
 
 def test_nan_on_fully_masked_rows_is_reported_as_nan():
@@ -874,6 +962,28 @@ def test_forbidden_call_is_reported_and_scores_zero(name, fn, phrase):
     assert report.status == "forbidden"
     assert report.score == 0
     assert any(phrase in n for n in report.notes), report.notes
+
+
+@pytest.mark.parametrize(
+    "fn, graded",
+    [
+        (sum_form_returning_the_concatenation_form, "multi_head_attention"),
+        (sum_form_concatenating_with_merge_heads, "merge_heads"),
+    ],
+)
+def test_the_sum_form_may_not_call_the_students_own_concatenation_form_or_merge_heads(fn, graded):
+    # "the heads' contributions are added, with no concatenation": multi_head_attention(...)[0]
+    # scores full marks on values alone, so the rule is a forbidden call (needs the graded: rule)
+    assert f"graded:{graded}" in exercise("multi_head_attention_sum_form").forbidden
+    report = check(fn, name="multi_head_attention_sum_form")
+    assert report.status == "forbidden", str(report)
+    assert report.score == 0
+    assert any(graded in n for n in report.notes), report.notes
+
+
+def test_the_students_own_concatenation_form_is_correct_where_it_is_graded():
+    assert_full_marks(check(multi_head_attention, name="multi_head_attention"))
+    assert_full_marks(check(merge_heads, name="merge_heads"))
 
 
 def test_softmax_is_allowed_inside_multi_head_attention():

@@ -82,6 +82,15 @@ def _split_cases() -> list[Case]:
         Case("one head", "H = 1 gives the input with a head axis of size 1", [Call((randn(g, 2, 5, 6), 1))], points=1),
         Case("width-1 heads", "H = E gives heads of width D = 1", [Call((randn(g, 2, 3, 5), 5))], points=1),
         Case("one token", "a sequence of length L = 1", [Call((randn(g, 2, 1, 12), 4))], points=1),
+        Case(
+            "integer and bool inputs",
+            "token ids (int64) and a boolean tensor are split like floats, keeping their dtype (any dtype)",
+            [
+                Call((torch.randint(-50, 50, (2, 3, 6), generator=g), 3)),
+                Call((rand_mask(g, 2, 4, 8, p=0.5, keep_first=False), 2)),
+            ],
+            points=1,
+        ),
     ]
 
 
@@ -164,13 +173,13 @@ def _weights(scores: torch.Tensor, mask: torch.Tensor | None, how: str, dim: int
     if mask is not None:
         if how == "inverted":
             mask = ~mask
-        fill = -1e9 if how == "big_negative" else float("-inf")
+        fill = {"big_negative": -1e9, "big_negative_1e4": -1e4}.get(how, float("-inf"))
         scores = scores.masked_fill(~mask, fill)
     if how == "naive_exp":  # no max subtracted: overflows, and 0/0 on fully masked rows
         e = torch.exp(scores)
         return e / e.sum(dim=dim, keepdim=True)
     w = torch.softmax(scores, dim=dim)
-    if how in ("nan", "big_negative"):
+    if how in ("nan", "big_negative", "big_negative_1e4"):
         return w
     return torch.nan_to_num(w, nan=0.0)  # a fully masked row: zero weights
 
@@ -195,6 +204,7 @@ def _mha_variant(
     weights="per_head",
     transpose_w=False,
     kv="ok",
+    residual="none",
 ):
     """Multi-head attention with one step done differently; all defaults give the reference."""
     H = num_heads
@@ -231,6 +241,11 @@ def _mha_variant(
         result = sum(heads[:, h] @ W_o[:, h * D : (h + 1) * D].T for h in range(H))
     else:
         raise ValueError(out)
+    if residual != "none":  # the sublayer's residual connection (and layer norm) folded in
+        result = query + result
+        if residual == "add_norm":
+            centred = result - result.mean(dim=-1, keepdim=True)
+            result = centred / torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + 1e-5)
     if weights == "mean":
         w = w.mean(dim=1)
     return result, w
@@ -246,6 +261,25 @@ def _sum_form_mistake(**how):
 
     return implementation
 
+
+def _big_negative_message(fill: str) -> str:
+    return (
+        f"filling masked scores with a large negative number ({fill}) instead of -inf: a query that may "
+        f"attend to nothing gets uniform weights instead of zero weights and a zero output, and where the "
+        f"real scores are below {fill} the masked keys win the weight; fill with float('-inf') and use a "
+        "softmax that gives zeros for an all -inf row"
+    )
+
+
+_RESIDUAL_NORM = (
+    "returning layer_norm(query + attention output): the residual connection and the layer norm "
+    "belong to the transformer layer around the attention (Add & Norm), not inside it; return "
+    "the attention output itself"
+)
+_RESIDUAL = (
+    "adding the query to the attention output (a residual connection): the residual belongs to the "
+    "transformer layer around the attention, not inside it; return the attention output itself"
+)
 
 _CORE_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
     ("no_scale", "forgetting to divide the scores by sqrt(D): the weights are too peaked", {"scale": "none"}),
@@ -267,12 +301,8 @@ _CORE_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
         "no longer sum to 1; mask the scores (with -inf) before the softmax",
         {"mask_how": "after"},
     ),
-    (
-        "big_negative",
-        "filling masked scores with a large negative number instead of -inf: a fully "
-        "masked row gets uniform weights instead of zero weights and a zero output",
-        {"mask_how": "big_negative"},
-    ),
+    ("big_negative", _big_negative_message("-1e9"), {"mask_how": "big_negative"}),
+    ("big_negative_1e4", _big_negative_message("-1e4"), {"mask_how": "big_negative_1e4"}),
     (
         "nan",
         "a fully masked row gives NaN (softmax of a row of -inf): set such rows to zero weights",
@@ -319,6 +349,8 @@ _CORE_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
         {"kv": "query"},
     ),
     ("v_from_key", "computing the values from the key argument instead of the value argument", {"kv": "key"}),
+    ("residual_norm", _RESIDUAL_NORM, {"residual": "add_norm"}),
+    ("residual", _RESIDUAL, {"residual": "add"}),
 ]
 
 _MHA_OUTPUT_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
@@ -490,6 +522,41 @@ def _large_call(g: torch.Generator) -> Call:
     return _mha_call(g, 2, 4, 6, 8, 2, q_scale=30.0, distinct_value=True)
 
 
+def _far_below_call(g: torch.Generator, M: float, N: int, L: int, S: int, E: int = 8, H: int = 2) -> Call:
+    """Cross-attention whose scores are all about -M in every head: feature 0 of every query and key
+    is 1 and feature 1 + h of a key its rank for head h; W_q and W_k turn them into one large
+    component per head (column hD), so head h's score of key s is -M (1 + 0.02 r) plus a little,
+    and the allowed key of lowest rank takes all the weight. The mask, (N, 1, L, S), leaves every
+    query an allowed and a blocked key: a masked key filled with a number above -M would win."""
+    D, root = E // H, math.sqrt(M)
+    query, key = randn(g, N, L, E), randn(g, N, S, E)
+    query[..., 0] = 1.0
+    key[..., 0] = 1.0
+    W_q, W_k = randn(g, E, E, scale=0.1), randn(g, E, E, scale=0.1)
+    for h in range(H):
+        c = h * D
+        key[..., 1 + h] = torch.stack([torch.randperm(S, generator=g) for _ in range(N)]).float()
+        W_q[:, c] = 0.0
+        W_q[0, c] = root
+        W_k[:, c] = 0.0
+        W_k[0, c] = -math.sqrt(D) * root
+        W_k[1 + h, c] = -0.02 * math.sqrt(D) * root
+    mask = rand_mask(g, N, 1, L, S, p=0.6)  # key 0 allowed
+    blocked = torch.randint(1, S, (N, 1, L, 1), generator=g)
+    mask = mask.scatter(-1, blocked, False)
+    W_v, W_o = (randn(g, E, E, scale=1 / math.sqrt(E)) for _ in range(2))
+    return Call((query, key, randn(g, N, S, E), W_q, W_k, W_v, W_o, H, mask))
+
+
+def _far_below_case(g: torch.Generator) -> Case:
+    return Case(
+        "masked keys under very negative scores",
+        "when every real score is far below -1e4 (and below -1e9), a masked key still gets weight exactly 0",
+        [_far_below_call(g, 2e5, 2, 3, 5), _far_below_call(g, 2e10, 2, 4, 3)],
+        points=1,
+    )
+
+
 def _per_head_mask(g: torch.Generator, N: int, H: int, L: int, S: int) -> torch.Tensor:
     return rand_mask(g, N, H, L, S)
 
@@ -611,6 +678,7 @@ def _mha_cases() -> list[Case]:
             [_large_call(g)],
             points=1,
         ),
+        _far_below_case(g),
     ]
 
 
@@ -695,6 +763,7 @@ def _sum_form_cases() -> list[Case]:
             points=2,
             judge=_equals_concat_form,
         ),
+        _far_below_case(g),
     ]
 
 
@@ -774,6 +843,8 @@ EXERCISES = [
         reference=multi_head_attention_sum_form,
         make_cases=_sum_form_cases,
         mistakes=_sum_form_mistakes(),
-        forbidden=_WHOLE_JOB,
+        # the sum form adds the heads' contributions, with no concatenation: returning
+        # multi_head_attention(...)[0], or concatenating with merge_heads, is the other form
+        forbidden=_WHOLE_JOB + ("graded:multi_head_attention", "graded:merge_heads"),
     ),
 ]
