@@ -116,6 +116,36 @@ def pe_column_index(num_positions, d_model):
     return pe
 
 
+def pe_loop_with_two_times_the_even_column_index(num_positions, d_model):
+    # a blog's loop: i already steps by 2, and the exponent doubles it again
+    pe = torch.zeros(num_positions, d_model)
+    for pos in range(num_positions):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / (10000 ** ((2 * i) / d_model)))
+            pe[pos, i + 1] = math.cos(pos / (10000 ** ((2 * i) / d_model)))
+    return pe
+
+
+def pe_like_tensor2tensor(num_positions, d_model):
+    # get_timing_signal_1d: [sin | cos], timescales spaced by log(10000) / (d/2 - 1)
+    num_timescales = d_model // 2
+    position = torch.arange(num_positions).float()
+    log_timescale_increment = math.log(10000.0) / max(num_timescales - 1, 1)
+    inv_timescales = torch.exp(torch.arange(num_timescales).float() * -log_timescale_increment)
+    scaled_time = position.unsqueeze(1) * inv_timescales.unsqueeze(0)
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+
+
+def pe_annotated_transformer_buffer(num_positions, d_model):
+    # the Annotated Transformer's PositionalEncoding keeps pe.unsqueeze(0), shape (1, max_len, d_model)
+    pe = torch.zeros(num_positions, d_model)
+    position = torch.arange(0, num_positions).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe.unsqueeze(0)
+
+
 def pe_positive_exponent(num_positions, d_model):
     pe = torch.zeros(num_positions, d_model, dtype=torch.float64)
     position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)
@@ -322,12 +352,33 @@ PE_MISTAKES = [
     (pe_positive_exponent, "positive exponent"),
     (pe_from_one, "positions start at 1"),
     (pe_transposed, "the table is transposed"),
+    (pe_loop_with_two_times_the_even_column_index, "10000^(-4i/d_model)"),
+    (pe_like_tensor2tensor, "the tensor2tensor / fairseq layout"),
+    (pe_annotated_transformer_buffer, "shape (1, num_positions, d_model)"),
 ]
 
 
 @pytest.mark.parametrize("fn, phrase", PE_MISTAKES, ids=[f.__name__ for f, _ in PE_MISTAKES])
 def test_classic_encoding_mistakes_lose_points_and_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name=PE), phrase)
+
+
+def test_a_loop_doubling_an_index_that_already_steps_by_two_is_named_as_a_power_four_exponent():
+    report = check(pe_loop_with_two_times_the_even_column_index, name=PE)
+    assert_diagnosed(report, "2 * j counts the 2 twice")
+    assert report.diagnoses == [d for d in report.diagnoses if "10000^(-4i/d_model)" in d]
+
+
+def test_tensor2tensor_timing_signal_is_named_as_concatenated_not_interleaved():
+    report = check(pe_like_tensor2tensor, name=PE)
+    assert_diagnosed(report, "[sin | cos]")
+    assert next(r for r in report.results if r.name == "bounded pairs").passed is False
+
+
+def test_annotated_transformer_pe_buffer_is_named_as_a_1_P_d_table():
+    report = check(pe_annotated_transformer_buffer, name=PE)
+    assert_diagnosed(report, "(1, num_positions, d_model)")
+    assert any("shape (1, 3, 4), expected (3, 4)" in r.feedback for r in report.results)
 
 
 def test_swapping_sin_and_cos_is_the_only_diagnosis_of_a_swap():

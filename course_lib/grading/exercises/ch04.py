@@ -83,6 +83,22 @@ def _pe_column_index(num_positions: int, d_model: int) -> torch.Tensor:
     return _per_column(num_positions, d_model, power=1.0)
 
 
+def _pe_pairs_power_four(num_positions: int, d_model: int) -> torch.Tensor:
+    return _table(num_positions, d_model, _pair_frequencies(d_model, power=4.0))
+
+
+def _pe_tensor2tensor(num_positions: int, d_model: int) -> torch.Tensor:
+    half = d_model // 2
+    i = torch.arange(half, dtype=torch.float64)
+    freqs = torch.exp(-math.log(10000.0) * i / max(half - 1, 1))
+    angles = torch.arange(num_positions, dtype=torch.float64)[:, None] * freqs
+    return torch.cat([angles.sin(), angles.cos()], dim=-1).float()
+
+
+def _pe_batch_dim(num_positions: int, d_model: int) -> torch.Tensor:
+    return sinusoidal_positional_encoding(num_positions, d_model).unsqueeze(0)
+
+
 def _pe_positive_exponent(num_positions: int, d_model: int) -> torch.Tensor:
     return _table(num_positions, d_model, 1.0 / _pair_frequencies(d_model))
 
@@ -281,6 +297,24 @@ EXERCISES = [
                 "one frequency per column, 10000^(-j/d_model) with j the column index: the cosine "
                 "column 2i+1 must use the same frequency as the sine column 2i",
                 _pe_column_index,
+            ),
+            Mistake(
+                "wrong exponent: omega_i = 10000^(-4i/d_model) for pair i, twice the right one: with the "
+                "even column index j = 2i (arange(0, d_model, 2)) the exponent is j/d_model; 2 * j counts "
+                "the 2 twice",
+                _pe_pairs_power_four,
+            ),
+            Mistake(
+                "sines and cosines concatenated ([sin | cos]) with frequencies 10000^(-i/(d_model/2 - 1)), the "
+                "tensor2tensor / fairseq layout: here pair i sits in columns 2i (sin) and 2i+1 (cos), with "
+                "omega_i = 10000^(-2i/d_model)",
+                _pe_tensor2tensor,
+            ),
+            Mistake(
+                "returning shape (1, num_positions, d_model), with a batch dim (as the Annotated Transformer's "
+                "pe.unsqueeze(0) buffer): return the (num_positions, d_model) table and add the batch dim "
+                "where the table is added to the embeddings",
+                _pe_batch_dim,
             ),
             Mistake(
                 "positive exponent: multiplying the position by 10000^(2i/d_model) instead of dividing "
