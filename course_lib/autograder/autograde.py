@@ -18,7 +18,8 @@ from typing import Any, Literal, cast, get_args
 
 from ..grading.core import Exercise, Outcome, Report, judge, zero_report
 from ..grading.forbidden import NotebookScan
-from ..grading.registry import ASSIGNMENTS, exercises_of
+from ..grading.registry import ASSIGNMENTS, exercise, exercises_of
+from ..grading.standins import composed, static_callees
 from .notebook import NotebookError, code_cells
 from .text import clean_record, student_message
 
@@ -91,13 +92,49 @@ def checker_version(package: Path | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def make_job(cells: list[str], exercises: list[Exercise], seed: int | None = None):
+def make_job(
+    cells: list[str],
+    exercises: list[Exercise],
+    seed: int | None = None,
+    callees: dict[str, list[str]] | None = None,
+    forbidden: dict[str, list[str]] | None = None,
+):
     """The sandbox job: the cells to run, every call of every case per function (drawn from
-    ``seed`` when given), and what the runtime layer watches per function."""
+    ``seed`` when given), and what the runtime layer watches per function.
+
+    For a function that calls graded ``callees`` (function name -> callee names), a second run
+    of its calls with the references standing in for them, after every function's own calls,
+    made only when one of those callees fails its own tests (or is forbidden)."""
     from .sandbox import Job
 
     calls = {ex.name: [c for case in ex.cases(seed) for c in case.calls] for ex in exercises}
-    return Job(cells=cells, calls=calls, watch={ex.name: ex.watch() for ex in exercises})
+    job = Job(cells=cells, calls=calls, watch={ex.name: ex.watch() for ex in exercises})
+    for name, names in (callees or {}).items():
+        key = standin_key(name)
+        job.calls[key] = list(calls[name])
+        job.standins[key] = (name, list(names))
+        job.references.update({c: exercise(c).reference for c in names})
+        job.when[key] = _some_callee_fails(names, seed, forbidden or {})
+    return job
+
+
+def standin_key(name: str) -> str:
+    """The job's key for the run of ``name`` with references standing in for its callees."""
+    return f"{name} (references standing in)"
+
+
+def _some_callee_fails(names: list[str], seed: int | None, forbidden: dict[str, list[str]]):
+    def decide(outcomes: dict[str, list[Outcome | None]]) -> bool:
+        for c in names:
+            outs = outcomes.get(c)
+            if forbidden.get(c) or outs is None or any(o is None for o in outs):
+                return True
+            ex = exercise(c)
+            if not judge(ex, split_outcomes(ex, [o for o in outs if o is not None], seed), seed=seed).passed:
+                return True
+        return False
+
+    return decide
 
 
 def split_outcomes(ex: Exercise, flat: list[Outcome], seed: int | None = None) -> list[list[Outcome]]:
@@ -223,7 +260,12 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             assignment, digest, "review", reports, [msg], isolation, seed, [f"review: {r}" for r in review], fallbacks
         )
     forbidden = {ex.name: scan.violations(ex.name, ex.forbidden) for ex in exercises}
-    result = runner.run(make_job(scan.runnable_sources(), exercises, seed))
+    callees = {}
+    for ex in exercises:
+        names = static_callees(scan.env, ex.name, [n for n in ASSIGNMENTS[assignment] if n != ex.name])
+        if names and not forbidden[ex.name]:
+            callees[ex.name] = names
+    result = runner.run(make_job(scan.runnable_sources(), exercises, seed, callees, forbidden))
     flags: list[str] = []
     messages: list[str] = []
     if result.status != "ok":
@@ -269,6 +311,10 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             flags.append(f"forbidden: {ex.name} is not the student's own function")
         else:
             report = judge(ex, split_outcomes(ex, result.outcomes.get(ex.name, []), seed), seed=seed)
+            key = standin_key(ex.name)
+            if key in result.outcomes:  # a callee failed: its mistake is charged there only
+                stand_in = judge(ex, split_outcomes(ex, result.outcomes[key], seed), seed=seed)
+                report = composed(report, stand_in, callees[ex.name])
             if report.status == "forbidden":
                 flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
             reports.append(report)

@@ -20,6 +20,7 @@ from typing import Any
 from .core import Call, Case, Exercise, Mistake, Outcome, Report, TestResult, judge, run_calls, zero_report
 from .forbidden import violations_in_function
 from .registry import ASSIGNMENTS, assignment_of, exercise, exercises_of
+from .standins import composed, live_callees, standing_in
 
 __all__ = [
     "check",
@@ -50,6 +51,11 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     Returns:
         A :class:`Report` with ``.passed``, ``.score``, ``.max_score`` and per-test
         ``.results`` (feedback and the likely mistake for each failed test).
+
+    When ``fn`` calls another graded function of its notebook and that function fails its own
+    check, ``fn`` is graded with the reference standing in for it (a mistake costs points once,
+    where it was made); the report's ``composition`` says how ``fn`` scored with the student's
+    own callee.
     """
     if name is None:
         name = getattr(fn, "__name__", None)
@@ -61,7 +67,17 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     notes = violations_in_function(fn, ex.forbidden)
     if notes:
         return zero_report(ex, "forbidden", "; ".join(notes))
-    return judge(ex, run_calls(fn, ex))  # the runtime layer watches the calls too
+    own = judge(ex, run_calls(fn, ex))  # the runtime layer watches the calls too
+    namespace = getattr(fn, "__globals__", None)
+    callees = live_callees(fn, [n for n in ASSIGNMENTS[assignment_of(name)] if n != name])
+    if not callees or not isinstance(namespace, dict):
+        return own
+    if all(check(namespace[c], name=c).passed for c in callees):
+        return own  # the callees are right: the student's own composition is the one to grade
+    references = {c: exercise(c).reference for c in callees}
+    with standing_in(namespace, references):
+        stand_in = judge(ex, run_calls(fn, ex))
+    return composed(own, stand_in, callees)
 
 
 class when_implemented:

@@ -738,3 +738,57 @@ def test_the_sandboxed_grader_gives_solutions_full_marks_and_blank_exercises_zer
         ]
     blank = grade_submission((ROOT / "exercises" / f"{slug}.ipynb").read_bytes(), slug, runner)
     assert blank["score"] == 0 and all(f["status"] == "not implemented" for f in blank["functions"])
+
+
+# -- a mistake costs points once: the reference stands in for a failing callee ----------------
+
+UNSCALED_ATTENTION = """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)  # not divided by sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ v, w
+
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)
+"""
+
+
+def test_a_callees_mistake_costs_points_only_in_the_callee_and_the_record_shows_both_runs(runner):
+    rec = grade_submission(notebook(SETUP + HONEST_SOFTMAX + UNSCALED_ATTENTION), A, runner)
+    assert rec["status"] == "graded" and rec["flags"] == []
+    fn = {f["function"]: f for f in rec["functions"]}
+    sdpa, sa = fn["scaled_dot_product_attention"], fn["self_attention"]
+    assert sdpa["score"] < sdpa["max_score"] and sdpa["composition"] is None
+    assert sa["score"] == sa["max_score"], sa
+    assert sa["composition"]["callees"] == ["scaled_dot_product_attention"]
+    assert sa["composition"]["score"] < sa["max_score"] and sa["composition"]["failed"]
+
+
+def test_with_right_callees_no_second_run_is_made(runner):
+    rec = grade_submission(notebook(SETUP + HONEST), A, runner)
+    assert rec["score"] == rec["max_score"]
+    assert all(f["composition"] is None for f in rec["functions"])
+
+
+STASHED_STAND_IN = """
+_kept = []
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    _kept.append(softmax)  # during its stand-in run, this is the grader's forwarding function
+    w = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return w @ v, w
+
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    for f in _kept:
+        if f.__code__ is not softmax.__code__:
+            f(x, -1)  # the reference softmax, asked outside the run it was lent to
+    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)
+"""
+
+
+def test_a_stand_in_kept_and_called_outside_its_run_holds_the_submission_for_review(runner):
+    rec = grade_submission(notebook(SETUP + WRONG + STASHED_STAND_IN), A, runner)
+    assert rec["status"] == "review", rec["messages"]
+    assert rec["score"] == 0

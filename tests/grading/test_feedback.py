@@ -192,3 +192,55 @@ def test_the_call_object_is_what_describes_inputs():
 
     text = describe_inputs(course_lib.scaled_dot_product_attention, Call((torch.zeros(2, 3, 4),), {"mask": None}))
     assert text == "q (2, 3, 4) float32, mask=None"
+
+
+# -- a mistake costs points once (part 4) ---------------------------------------------------
+
+
+def softmax(x, dim=-1):  # the notebook's softmax: right
+    return my_softmax(x, dim)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):  # the notebook's: forgets sqrt(d_k)
+    return sdpa_unscaled(q, k, v, mask)
+
+
+def self_attention(x, W_q, W_k, W_v, mask=None):  # right, but calls the wrong function above
+    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)
+
+
+def test_a_callee_mistake_is_charged_to_the_callee_only_and_the_feedback_shows_both_runs():
+    callee = check(scaled_dot_product_attention)
+    assert_diagnosed(callee, "not scaling the scores")
+    report = check(self_attention)
+    assert report.passed and report.score == report.max_score, report
+    assert report.composition is not None and report.composition.callees == ["scaled_dot_product_attention"]
+    assert report.composition.score < report.max_score and report.composition.failed
+    text = str(report)
+    assert "With your own scaled_dot_product_attention, self_attention scores" in text
+    assert "costs points once" in text
+    assert scaled_dot_product_attention.__name__ == "scaled_dot_product_attention"  # put back afterwards
+    assert globals()["scaled_dot_product_attention"] is scaled_dot_product_attention
+
+
+def test_a_right_callee_leaves_the_students_own_composition_graded():
+    report = check(scaled_dot_product_attention)  # its callee softmax passes
+    assert report.composition is None
+
+
+def test_callees_are_found_through_helpers_and_in_a_notebooks_source():
+    from course_lib.grading.forbidden import NotebookScan
+    from course_lib.grading.standins import live_callees, static_callees
+
+    def project(x, W):
+        return x @ W
+
+    assert live_callees(self_attention, ["softmax", "scaled_dot_product_attention"]) == ["scaled_dot_product_attention"]
+    cells = [
+        "def softmax(x, dim=-1):\n    pass\n",
+        "def _attend(q, k, v, mask):\n    return softmax(q @ k.transpose(-2, -1))\n",
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n    return _attend(q, k, v, mask)\n",
+    ]
+    env = NotebookScan(cells).env
+    assert static_callees(env, "scaled_dot_product_attention", ["softmax", "self_attention"]) == ["softmax"]
+    assert static_callees(env, "softmax", ["scaled_dot_product_attention"]) == []

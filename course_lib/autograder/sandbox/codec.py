@@ -123,9 +123,12 @@ class Budget:
         self.left -= n
 
 
-def decode_value(node: Any, blobs: list[bytes], budget: Budget | None = None) -> Any:
+def decode_value(
+    node: Any, blobs: list[bytes], budget: Budget | None = None, tags: frozenset[str] = RESULT_TAGS
+) -> Any:
     """Plain data from a reply's value tree. Each blob may be used once (an honest reply never
-    refers to one array twice), and the decoded bytes come out of ``budget``."""
+    refers to one array twice), and the decoded bytes come out of ``budget``. ``tags`` are the
+    node kinds allowed (a stand-in's arguments may hold ``None`` and strings too)."""
     budget = budget if budget is not None else Budget()
     used: set[int] = set()
 
@@ -141,6 +144,6 @@ def decode_value(node: Any, blobs: list[bytes], budget: Budget | None = None) ->
         return x
 
     try:
-        return decode_tree(node, blobs, tensor, RESULT_TAGS, max_items=MAX_ITEMS)
+        return decode_tree(node, blobs, tensor, tags, max_items=MAX_ITEMS)
     except CodecError:
         raise BadResult("returned a value of an unexpected form") from None

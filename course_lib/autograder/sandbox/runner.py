@@ -58,21 +58,23 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from ...grading.core import CALL_TIME_LIMIT, OUTCOME_STATUSES, Call, Outcome
+from ...grading.core import CALL_TIME_LIMIT, OUTCOME_STATUSES, Call, Outcome, call_once
 from ..notebook import python_source
 from ..text import student_message, valid_utf8
 from . import isolation as iso
 from .cgroup import MemoryCgroup
-from .codec import BadResult, Budget, decode_value, encode_call
+from .codec import BadResult, Budget, decode_value, encode_arg, encode_call
 from .worker import protocol
 
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable"]
 
 BASE_UID = 60000
 _READY_SECONDS = 180.0  # a cold start imports torch; a loaded machine can be slow
+_MAX_FORWARDED = 10_000  # stand-in calls answered per submission
 _WATCHDOG_GRACE = 30.0  # the supervisor enforces the limit; this only catches a stuck worker
 _CGROUP_HEADROOM = 128 << 20  # the job's supervisor and the copy-on-write pages of a fork
 
@@ -102,7 +104,13 @@ class Job:
 
     cells: list[str]
     calls: dict[str, list[Call]]
-    watch: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    watch: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: run key -> (the function to call, the graded callees whose calls are forwarded to the
+    #: grader's ``references`` while it runs): a second run of a function, made after every
+    #: function's own calls, only when ``when[key]`` says so given the outcomes so far
+    standins: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    references: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    when: dict[str, Callable[[dict[str, list[Outcome | None]]], bool]] = field(default_factory=dict)
 
 
 @dataclass
@@ -157,6 +165,8 @@ class _Conversation:
         self.cells_done = False
         self.bye = False
         self.aborted = False
+        self.skipped: set[str] = set()  # stand-in runs not needed
+        self.forwarded = 0  # stand-in calls answered
 
     # ---------------------------------------------------------------- frames
     def _next(self) -> dict:
@@ -230,8 +240,13 @@ class _Conversation:
         Events are handled on the way; anything else is a violation."""
         while True:
             g = self._next()
-            if g["t"] == "end" or accept(g):
+            if g["t"] == "end":
                 return g
+            taken = accept(g)
+            if taken:
+                return g
+            if taken is None:
+                continue  # handled by ``accept`` on the way (a stand-in's call)
             if not self._event(g):
                 self._violation(
                     f"an unexpected {str(g.get('t'))[:30]!r} frame "
@@ -249,16 +264,23 @@ class _Conversation:
         if isinstance(own, dict):
             self.not_own = {n: _clip_str(v, 200) for n, v in own.items() if n in self.outcomes}
         k = 0
-        for name, calls in self.job.calls.items():
+        for key, calls in self.job.calls.items():
+            name, standins = self.job.standins.get(key, (key, []))
             if name in self.missing or name in self.not_own:
                 continue
+            if key in self.job.when and not self._decide(key):
+                self.skipped.add(key)
+                continue
             for i, call in enumerate(calls):
-                if self.aborted or not self.runner._send(*encode_call(k, name, call), self.deadline):
+                header, blobs = encode_call(k, name, call)
+                if standins:
+                    header["standins"] = list(standins)
+                if self.aborted or not self.runner._send(header, blobs, self.deadline):
                     return self._wait(lambda g: False)["end"]
-                g = self._wait(lambda g, k=k: g.get("t") == "reply" and g.get("id") == k)
+                g = self._wait(lambda g, k=k, s=standins: self._reply_or_forward(g, k, s))
                 if g["t"] == "end":
                     return g["end"]
-                self.outcomes[name][i] = self._outcome(g)
+                self.outcomes[key][i] = self._outcome(g)
                 k += 1
         if not self.aborted and self.runner._send({"t": "finish"}, (), self.deadline):
             g = self._wait(lambda g: g.get("t") == "bye")
@@ -266,6 +288,39 @@ class _Conversation:
                 return g["end"]
             self.bye = True
         return self._wait(lambda g: False)["end"]
+
+    def _decide(self, key: str) -> bool:
+        try:
+            return bool(self.job.when[key](self.outcomes))
+        except Exception:  # noqa: BLE001 - a failed decision runs the stand-in (it can only help)
+            return True
+
+    def _reply_or_forward(self, g: dict, k: int, standins: list[str]) -> bool | None:
+        """True for the reply to call ``k``. A stand-in's call (``ref_call``) made while this call
+        runs, for one of ``standins``, is answered here by the reference, in the grading process
+        (the reference's code never enters the student's process); one made at any other time,
+        or for another function, is a violation."""
+        if g.get("t") == "reply" and g.get("id") == k:
+            return True
+        if g.get("t") != "ref_call":
+            return False
+        name = g.get("fn")
+        if name not in standins or name not in self.job.references or self.forwarded >= _MAX_FORWARDED:
+            self._violation("a call forwarded to the grader outside the stand-in it was allowed for")
+            return None
+        self.forwarded += 1
+        try:
+            args, pairs = decode_value(g.get("value"), g["_blobs"], self.budget, tags=protocol.ARG_TAGS)
+            kwargs = {str(k): v for k, v in pairs}
+            out = call_once(self.job.references[name], Call(tuple(args), kwargs), time_limit=None)
+        except (BadResult, TypeError, ValueError) as e:
+            out = Outcome("error", message=f"its arguments could not be read ({_clip_str(str(e), 200)})")
+        reply: dict[str, Any] = {"t": "ref_reply", "status": out.status, "msg": out.message}
+        blobs: list[bytes] = []
+        if out.status == "ok":
+            reply["value"] = encode_arg(out.value, blobs)
+        self.runner._send(reply, blobs, self.deadline)
+        return None
 
     def _outcome(self, g: dict) -> Outcome:
         seen = [_clip_str(s, 120) for s in g.get("seen", [])][:20] if isinstance(g.get("seen"), list) else []
@@ -610,8 +665,11 @@ class Runner:
                 "review": "the submission is held for review",
             }.get(status, "no result came back")
             final: dict[str, list[Outcome]] = {}
-            for n, outs in conv.outcomes.items():
-                final[n] = []
+            for key, outs in conv.outcomes.items():
+                if key in conv.skipped:
+                    continue
+                n = job.standins.get(key, (key, []))[0]
+                final[key] = []
                 for o in outs:
                     if o is None:
                         if n in conv.missing:
@@ -620,7 +678,7 @@ class Runner:
                             o = Outcome("error", message=f"not run: {n} is {conv.not_own[n]}")
                         else:
                             o = Outcome("error", message=f"not run: {why}")
-                    final[n].append(o)
+                    final[key].append(o)
             return RunResult(
                 outcomes=final,
                 missing=conv.missing,

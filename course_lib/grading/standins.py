@@ -1,0 +1,96 @@
+"""A mistake costs points once: grading a function with references standing in for its graded callees.
+
+When a graded function calls another graded function of the same notebook (``self_attention``
+calls the student's ``scaled_dot_product_attention``), a mistake in the callee would also cost
+the caller's points. So when a callee fails its own tests, the caller is graded a second time
+with the reference standing in for every graded callee, and that run's score counts; the
+feedback still shows how the student's own composition scored (:class:`~.core.Composition`).
+
+This module finds the callees (in a live function for :func:`course_lib.grading.check`, in a
+notebook's source for the autograder) and does the live stand-in. The autograder's stand-in
+never puts the reference in the student's process: its calls are forwarded to the grading
+process (see :mod:`course_lib.autograder.sandbox.runner`).
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .core import Composition, Report
+from .forbidden import StaticEnvironment, _code_loads, _defined_here, _refs
+
+__all__ = ["live_callees", "static_callees", "standing_in", "composed"]
+
+
+def live_callees(fn: Callable[..., Any], candidates: Sequence[str]) -> list[str]:
+    """The graded functions (names in ``candidates``) that ``fn`` calls through its globals,
+    directly or through helpers the notebook defines (not through another graded function)."""
+    env = getattr(fn, "__globals__", None)
+    if not isinstance(env, dict):
+        return []
+    found: list[str] = []
+    seen: set[int] = set()
+    todo: list[Any] = [fn]
+    while todo:
+        obj = todo.pop()
+        code = getattr(obj, "__code__", None)
+        if id(obj) in seen or not isinstance(code, types.CodeType):
+            continue
+        seen.add(id(obj))
+        names, _ = _code_loads(code)
+        for n in sorted(names):
+            value = env.get(n)
+            if n in candidates and value is not fn and callable(value):
+                if n not in found:
+                    found.append(n)
+            elif isinstance(value, types.FunctionType) and _defined_here(value):
+                todo.append(value)
+    return [c for c in candidates if c in found]
+
+
+def static_callees(env: StaticEnvironment, name: str, candidates: Sequence[str]) -> list[str]:
+    """The same, read from a notebook's cells without running them: the graded names that the
+    definitions reachable from ``name`` refer to."""
+    found: set[str] = set()
+    seen: set[str] = {name}
+    todo: list[ast.AST] = list(env.values(name))
+    while todo:
+        node = todo.pop()
+        for ref in _refs(node):
+            head = ref.chain[0]
+            if head in seen:
+                continue
+            seen.add(head)
+            if head in candidates and env.values(head):
+                found.add(head)
+            else:
+                todo.extend(env.values(head))
+    return [c for c in candidates if c in found]
+
+
+@contextmanager
+def standing_in(namespace: dict[str, Any], references: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
+    """Put ``references`` in ``namespace`` (a notebook's globals) for the duration, then put
+    the student's own functions back, whatever happens."""
+    saved = {n: namespace[n] for n in references if n in namespace}
+    try:
+        namespace.update(references)
+        yield
+    finally:
+        for n in references:
+            if n in saved:
+                namespace[n] = saved[n]
+            else:
+                namespace.pop(n, None)
+
+
+def composed(own: Report, stand_in: Report, callees: Sequence[str]) -> Report:
+    """The report that counts (``stand_in``), remembering how the student's own composition
+    (``own``) scored and which of its tests failed."""
+    failed = [r.name for r in own.results if not r.passed]
+    stand_in.composition = Composition(list(callees), own.score, own.status, failed)
+    return stand_in
