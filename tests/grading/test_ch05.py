@@ -135,6 +135,19 @@ def ln_one_pass(x, gamma, beta, eps=1e-5):
     return gamma * (x - mean) / torch.sqrt(var + eps) + beta
 
 
+def ln_annotated_transformer(x, a_2, b_2, eps=1e-5):
+    # the Annotated Transformer's LayerNorm.forward, with its parameters passed in (and the notebook's eps)
+    mean = x.mean(-1, keepdim=True)
+    std = x.std(-1, keepdim=True)
+    return a_2 * (x - mean) / (std + eps) + b_2
+
+
+def ln_without_keepdim(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1)
+    var = x.var(dim=-1, unbiased=False)
+    return gamma * (x - mean) / torch.sqrt(var + eps) + beta
+
+
 # ---------------------------------------------------------------------------------------
 # add_and_norm: correct implementations
 # ---------------------------------------------------------------------------------------
@@ -195,6 +208,20 @@ def an_swapped(x, sublayer_output, gamma, beta, eps=1e-5):
 
 def an_normalise_both(x, sublayer_output, gamma, beta, eps=1e-5):
     return layer_norm(x, gamma, beta, eps) + layer_norm(sublayer_output, gamma, beta, eps)
+
+
+def an_with_the_annotated_transformer_layer_norm(x, sublayer_output, gamma, beta, eps=1e-5):
+    return ln_annotated_transformer(x + sublayer_output, gamma, beta, eps)
+
+
+def an_unbiased_inline(x, sublayer_output, gamma, beta, eps=1e-5):
+    h = x + sublayer_output
+    return gamma * (h - h.mean(-1, keepdim=True)) / torch.sqrt(h.var(-1, keepdim=True) + eps) + beta
+
+
+def an_eps_outside_inline(x, sublayer_output, gamma, beta, eps=1e-5):
+    h = x + sublayer_output
+    return gamma * (h - h.mean(-1, keepdim=True)) / (h.std(-1, keepdim=True, unbiased=False) + eps) + beta
 
 
 # ---------------------------------------------------------------------------------------
@@ -283,7 +310,7 @@ def test_the_reference_scores_full_marks(name, fn):
 
 
 def test_points_per_function():
-    assert check(course_lib.layer_norm).max_score == 10
+    assert check(course_lib.layer_norm).max_score == 12
     assert check(course_lib.add_and_norm).max_score == 7
 
 
@@ -326,6 +353,8 @@ LN_MISTAKES = [
     (ln_no_eps, "no eps at all"),
     (ln_by_variance, "dividing by the variance instead of its square root"),
     (ln_one_pass, "one-pass variance"),
+    (ln_annotated_transformer, "unbiased variance"),  # and, where eps matters, eps outside too
+    (ln_without_keepdim, "without keepdim=True"),
 ]
 
 
@@ -340,6 +369,33 @@ def test_classic_layer_norm_mistakes_lose_points_and_are_diagnosed(fn, phrase):
 def test_eps_outside_the_root_fails_only_where_eps_matters():
     failed = {r.name for r in check(ln_eps_outside, name=LN).results if not r.passed and not r.withheld}
     assert failed == {"eps argument", "small variance"}
+
+
+def test_annotated_transformer_layer_norm_is_named_with_both_of_its_differences():
+    report = check(ln_annotated_transformer, name=LN)
+    eps_case = next(r for r in report.results if r.name == "eps argument")
+    assert not eps_case.passed
+    assert "x.std divides by E - 1" in eps_case.diagnosis and "inside the square root" in eps_case.diagnosis
+
+
+def test_bessel_and_eps_placement_are_told_apart_by_the_cases():
+    # eps outside alone: only where eps matters; Bessel's E - 1 alone: everywhere, most on short rows;
+    # both together: the eps cases name both, as no single mistake gives those outputs
+    by_name = {r.name: r for r in check(ln_unbiased, name=LN).results}
+    assert not by_name["short rows"].passed and not by_name["eps argument"].passed
+    assert "x.std" not in by_name["eps argument"].diagnosis
+    assert by_name["eps argument"].diagnosis.startswith("unbiased variance (dividing by E - 1")
+    by_name = {r.name: r for r in check(ln_eps_outside, name=LN).results}
+    assert by_name["short rows"].passed and "eps added outside" in by_name["small variance"].diagnosis
+    by_name = {r.name: r for r in check(ln_annotated_transformer, name=LN).results}
+    assert "x.std divides by E - 1" in by_name["small variance"].diagnosis
+
+
+def test_statistics_without_keepdim_are_named_on_a_square_input():
+    report = check(ln_without_keepdim, name=LN)
+    by_name = {r.name: r for r in report.results}
+    assert not by_name["square input"].passed and "without keepdim=True" in by_name["square input"].diagnosis
+    assert "raised RuntimeError" in by_name["fixed small case"].feedback  # elsewhere the shapes do not broadcast
 
 
 def test_ignoring_the_eps_argument_fails_only_the_eps_case():
@@ -362,6 +418,9 @@ AN_MISTAKES = [
     (an_drops_eps, "eps argument is not passed on"),
     (an_swapped, "gamma and beta swapped"),
     (an_normalise_both, "normalised separately"),
+    (an_with_the_annotated_transformer_layer_norm, "unbiased variance"),  # and eps outside where it matters
+    (an_unbiased_inline, "unbiased variance"),
+    (an_eps_outside_inline, "eps added outside the square root"),
 ]
 
 

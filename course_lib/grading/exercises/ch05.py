@@ -49,6 +49,23 @@ def _ln_eps_outside(x, gamma, beta, eps=1e-5):
     return centred / (std + eps) * gamma + beta
 
 
+def _ln_unbiased_eps_outside(x, gamma, beta, eps=1e-5):
+    centred = x - x.mean(dim=-1, keepdim=True)
+    std = torch.sqrt(centred.pow(2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1))
+    return gamma * centred / (std + eps) + beta
+
+
+def _ln_no_keepdim(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1)  # (*,): lined up with the features, not the rows
+    var = ((x - mean) ** 2).mean(dim=-1)
+    return gamma * (x - mean) / torch.sqrt(var + eps) + beta
+
+
+def _ln_no_keepdim_row_var(x, gamma, beta, eps=1e-5):
+    mean, var = x.mean(dim=-1), x.var(dim=-1, unbiased=False)  # (*,): each row's, lined up with the features
+    return gamma * (x - mean) / torch.sqrt(var + eps) + beta
+
+
 def _ln_dim0(x, gamma, beta, eps=1e-5):
     return _standardise(x, dim=0, eps=eps) * gamma + beta
 
@@ -102,17 +119,31 @@ def _ln_one_pass(x, gamma, beta, eps=1e-5):
     return (x - mu) / torch.sqrt(var + eps) * gamma + beta
 
 
+_UNBIASED = (
+    "unbiased variance (dividing by E - 1, the default of torch.var / Tensor.std): layer norm "
+    "divides by E, so every value comes out too small by sqrt((E-1)/E)"
+)
+_EPS_OUTSIDE = (
+    "eps added outside the square root, (x - mu) / (sqrt(var) + eps): it must go inside, "
+    "(x - mu) / sqrt(var + eps); the two differ when the variance is small or eps large"
+)
+_UNBIASED_EPS_OUTSIDE = (
+    "unbiased variance and eps added outside the square root, as in the Annotated Transformer's "
+    "(x - mean) / (x.std(-1) + eps): x.std divides by E - 1 (layer norm divides by E, "
+    "std(-1, unbiased=False)), and eps must go inside the square root, (x - mu) / sqrt(var + eps)"
+)
+_NO_KEEPDIM = (
+    "the mean and variance are taken without keepdim=True: a (*,) statistic is lined up with the "
+    "last dim (the features) instead of the rows, so each feature gets another row's statistics; use "
+    "x.mean(dim=-1, keepdim=True)"
+)
+
 _LN_MISTAKES = [
-    Mistake(
-        "unbiased variance (dividing by E - 1, the default of torch.var / Tensor.std): layer norm "
-        "divides by E, so every value comes out too small by sqrt((E-1)/E)",
-        _ln_unbiased,
-    ),
-    Mistake(
-        "eps added outside the square root, (x - mu) / (sqrt(var) + eps): it must go inside, "
-        "(x - mu) / sqrt(var + eps); the two differ when the variance is small or eps large",
-        _ln_eps_outside,
-    ),
+    Mistake(_UNBIASED, _ln_unbiased),
+    Mistake(_EPS_OUTSIDE, _ln_eps_outside),
+    Mistake(_UNBIASED_EPS_OUTSIDE, _ln_unbiased_eps_outside),
+    Mistake(_NO_KEEPDIM, _ln_no_keepdim),
+    Mistake(_NO_KEEPDIM, _ln_no_keepdim_row_var),
     Mistake(
         "normalising over the batch (dim 0) instead of the features (the last dim): that is "
         "batch normalisation, and each token would depend on the others",
@@ -242,6 +273,21 @@ def _ln_cases() -> list[Case]:
             points=1,
             judge=_standardised,
         ),
+        Case(
+            "short rows",
+            "rows of 2 and 3 features (where dividing by E - 1 instead of E changes the most)",
+            [
+                Call((randn(g, 4, 2, scale=2.0), *_affine(g, 2))),
+                Call((randn(g, 2, 3, 3, scale=2.0) + 1.0, *_affine(g, 3))),
+            ],
+            points=1,
+        ),
+        Case(
+            "square input",
+            "as many rows as features, where statistics without keepdim still broadcast",
+            [Call((randn(g, 5, 5, scale=2.0) + 1.0, *_affine(g, 5)))],
+            points=1,
+        ),
     ]
 
 
@@ -278,6 +324,19 @@ def _an_swapped(x, sublayer_output, gamma, beta, eps=1e-5):
 
 def _an_norm_both(x, sublayer_output, gamma, beta, eps=1e-5):
     return layer_norm(x, gamma, beta, eps) + layer_norm(sublayer_output, gamma, beta, eps)
+
+
+def _an_inline(correction: int, eps_inside: bool):
+    """Add & Norm with a layer norm written inline, its variance and eps as given."""
+
+    def implementation(x, sublayer_output, gamma, beta, eps=1e-5):
+        y = x + sublayer_output
+        centred = y - y.mean(dim=-1, keepdim=True)
+        var = centred.pow(2).sum(dim=-1, keepdim=True) / (y.shape[-1] - correction)
+        scale = torch.sqrt(var + eps) if eps_inside else torch.sqrt(var) + eps
+        return gamma * centred / scale + beta
+
+    return implementation
 
 
 def _an_cases() -> list[Case]:
@@ -363,6 +422,9 @@ EXERCISES = [
                 "then normalise the sum once",
                 _an_norm_both,
             ),
+            Mistake(_UNBIASED, _an_inline(correction=1, eps_inside=True)),
+            Mistake(_EPS_OUTSIDE, _an_inline(correction=0, eps_inside=False)),
+            Mistake(_UNBIASED_EPS_OUTSIDE, _an_inline(correction=1, eps_inside=False)),
         ],
         forbidden=_FORBIDDEN,
     ),
