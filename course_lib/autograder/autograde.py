@@ -211,6 +211,14 @@ def failed_record(
     )
 
 
+def _code_cell(message: str) -> str:
+    """``cell 3: ...`` said as what it is: the third code cell (Markdown cells are not counted)."""
+    n = _cell_number(message)
+    if not n or not message.startswith(f"cell {n}"):
+        return message
+    return f"in code cell {n} (counting code cells only){message[len(f'cell {n}') :]}"
+
+
 def _cell_number(message: str) -> int:
     m = re.match(r"cell (\d+)", message)
     return int(m.group(1)) if m else 0
@@ -278,7 +286,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         ]
         return _record(assignment, digest, "review", reports, messages, isolation, seed, flags, fallbacks)
     errors = sorted(scan.problems + [student_message(e) for e in result.cell_errors], key=_cell_number)
-    messages += [f"Error while running your notebook, {e}" for e in errors[:10]]
+    messages += [f"Error while running your notebook, {_code_cell(e)}" for e in errors[:10]]
     if len(errors) > 10:
         messages.append(f"... and {len(errors) - 10} more cells with errors")
     for access in result.reference_access[:5]:

@@ -19,6 +19,7 @@ import inspect
 import linecache
 import math
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -760,13 +761,19 @@ def describe_inputs(reference: Callable[..., Any], call: Call) -> str:
     return ", ".join(parts)
 
 
-def _error_feedback(exercise: Exercise, call: Call, outcome: Outcome) -> str:
+def _error_feedback(exercise: Exercise, call: Call, outcome: Outcome, said: dict[str, str], test: str) -> str:
+    """An error's feedback: the message with the student's line, the inputs' shapes and a hint;
+    an error already shown on an earlier test of the function is referred to, not repeated."""
     message = outcome.message
     if outcome.status != "error":
         return message
+    inputs = f"Inputs of this test: {describe_inputs(exercise.reference, call)}"
+    kind = re.sub(r"\d+", "#", message)  # the same error with other sizes is the same error
+    if kind in said:
+        return f"{message}. {inputs} (the same error as test '{said[kind]}')"
+    said[kind] = test
     hint = error_hint(message)
-    text = f"{message}. Inputs of this test: {describe_inputs(exercise.reference, call)}"
-    return f"{text}. Hint: {hint}" if hint else text
+    return f"{message}. {inputs}. Hint: {hint}" if hint else f"{message}. {inputs}"
 
 
 def _structure(v: Any) -> str:
@@ -830,6 +837,7 @@ def judge(
     results: list[TestResult] = []
     failed: dict[int, list[Any]] = {}
     passed: set[int] = set()
+    errors_said: dict[str, str] = {}  # error message -> the first test that showed it
     all_not_implemented = True
     for i, (case, outs, exp) in enumerate(zip(cases, outcomes, expected, strict=False)):
         problem = _first_problem(outs)
@@ -837,9 +845,8 @@ def judge(
             all_not_implemented = False
         if problem is not None:
             call = case.calls[list(outs).index(problem)]
-            results.append(
-                TestResult(case.name, case.checks, 0.0, case.points, False, _error_feedback(exercise, call, problem))
-            )
+            said = _error_feedback(exercise, call, problem, errors_said, case.name)
+            results.append(TestResult(case.name, case.checks, 0.0, case.points, False, said))
             continue
         actual = [o.value for o in outs]
         feedback: str | None

@@ -497,7 +497,9 @@ def test_forbidden_calls_are_found_however_they_are_hidden(graded):
     # the static scan missed the table filled inside a function; the runtime layer saw the call
     assert "while being checked" in _function(rows["hidden_in_a_table_filled_at_run_time"], "softmax")["notes"][0]
     # a cell that cannot be parsed is reported, and the other cells are still checked and run
-    assert any("cell 2: SyntaxError" in m for m in rows["unparsable_cell_first"]["messages"])
+    assert any(
+        "code cell 2 (counting code cells only): SyntaxError" in m for m in rows["unparsable_cell_first"]["messages"]
+    )
     assert rows["cheat_softmax_honest_rest"]["score"] == 22  # the honest functions keep their points
 
 
@@ -536,7 +538,7 @@ def test_one_broken_notebook_never_stops_the_batch(graded):
     rows = graded[4]
     surrogate = rows["surrogate_in_source"]
     assert surrogate["status"] == "graded" and surrogate["score"] == surrogate["max_score"]
-    assert any("cell 2:" in m and "cannot be read" in m for m in surrogate["messages"])
+    assert any("code cell 2 (counting code cells only):" in m and "cannot be read" in m for m in surrogate["messages"])
     deep = rows["deep_expression"]
     assert deep["score"] == deep["max_score"] and any("nested too deeply" in m for m in deep["messages"])
     assert rows["big_code_cell"]["status"] == "invalid" and "characters of code" in rows["big_code_cell"]["messages"][0]
