@@ -89,9 +89,38 @@ def padding_mask_from_lengths(tokens, pad_id):
     return torch.arange(tokens.size(1)).expand_as(tokens) < lengths.unsqueeze(1)
 
 
+def padding_mask_as_in_the_annotated_transformer(tokens, pad_id):
+    # Batch.__init__: self.src_mask = (src != pad).unsqueeze(-2)
+    return (tokens != pad_id).unsqueeze(-2)
+
+
+def padding_mask_as_a_key_padding_mask(tokens, pad_id):
+    # nn.MultiheadAttention's convention (True = ignore), with the query dim added
+    return tokens.eq(pad_id).unsqueeze(1)
+
+
+def padding_mask_as_a_key_padding_mask_for_heads(tokens, pad_id):
+    return (tokens == pad_id).unsqueeze(1).unsqueeze(2)
+
+
+def padding_mask_additive(tokens, pad_id):
+    return torch.zeros_like(tokens, dtype=torch.float).masked_fill(tokens == pad_id, float("-inf"))
+
+
+def padding_mask_bert_extended(tokens, pad_id):
+    attention_mask = (tokens != pad_id).long()
+    extended = attention_mask[:, None, None, :].to(torch.float32)
+    return (1.0 - extended) * -10000.0
+
+
 @pytest.mark.parametrize(
     "fn, phrase",
     [
+        (padding_mask_as_in_the_annotated_transformer, "(N, 1, S)"),
+        (padding_mask_as_a_key_padding_mask, "inverted (True at the padding, as nn.MultiheadAttention's"),
+        (padding_mask_as_a_key_padding_mask_for_heads, "has shape (N, 1, 1, S)"),
+        (padding_mask_additive, "additive float mask"),
+        (padding_mask_bert_extended, "extended attention mask"),
         (padding_mask_inverted, "inverted"),
         (padding_mask_compares_with_zero, "instead of pad_id"),
         (padding_mask_with_query_dim, "(N, 1, S)"),
@@ -103,6 +132,14 @@ def padding_mask_from_lengths(tokens, pad_id):
 )
 def test_padding_mask_classic_mistakes_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name="padding_mask"), phrase)
+
+
+def test_a_key_padding_mask_with_a_query_dim_is_named_with_both_of_its_differences():
+    report = check(padding_mask_as_a_key_padding_mask, name="padding_mask")
+    assert report.score == 0
+    assert_diagnosed(
+        report, "is inverted (True at the padding, as nn.MultiheadAttention's key_padding_mask) and has shape (N, 1, S)"
+    )
 
 
 def test_padding_mask_comparing_with_zero_still_passes_when_pad_is_zero():
@@ -177,9 +214,36 @@ def causal_mask_additive_large_negative(size, device=None):
     return torch.triu(torch.full((size, size), -1e9), diagonal=1)
 
 
+def subsequent_mask(size):
+    "Mask out subsequent positions (the Annotated Transformer's)."
+    attn_shape = (1, size, size)
+    subsequent_mask = torch.triu(torch.ones(attn_shape), diagonal=1).type(torch.uint8)
+    return subsequent_mask == 0
+
+
+def causal_mask_annotated_transformer(size, device=None):
+    return subsequent_mask(size)
+
+
+def causal_mask_nanogpt_buffer(size, device=None):
+    return torch.tril(torch.ones(size, size)).view(1, 1, size, size)
+
+
+def causal_mask_for_batch_and_heads(size, device=None):
+    return torch.tril(torch.ones(size, size, dtype=torch.bool, device=device))[None, None]
+
+
+def causal_mask_upper_triangle_of_ones(size, device=None):
+    return torch.triu(torch.ones(size, size), diagonal=1)
+
+
 @pytest.mark.parametrize(
     "fn, phrase",
     [
+        (causal_mask_annotated_transformer, "shape (1, L, L), as the Annotated Transformer's subsequent_mask"),
+        (causal_mask_nanogpt_buffer, "(1, 1, L, L) float tensor"),
+        (causal_mask_for_batch_and_heads, "shape (1, 1, L, L), a mask already broadcast"),
+        (causal_mask_upper_triangle_of_ones, "1s above the diagonal"),
         (causal_mask_off_by_one, "diagonal is left out"),
         (causal_mask_transposed, "upper triangle"),
         (causal_mask_inverted, "nn.MultiheadAttention"),
@@ -191,6 +255,13 @@ def causal_mask_additive_large_negative(size, device=None):
 )
 def test_causal_mask_classic_mistakes_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name="causal_mask"), phrase)
+
+
+def test_annotated_transformer_subsequent_mask_is_named_as_a_1_L_L_mask():
+    report = check(causal_mask_annotated_transformer, name="causal_mask")
+    assert report.score == 0
+    assert_diagnosed(report, "(1, L, L)")
+    assert any("has shape (1, 5, 5), expected (5, 5)" in r.feedback for r in report.results)
 
 
 def test_causal_mask_inverted_is_not_called_off_by_one():
@@ -306,9 +377,23 @@ def position_wise_feed_forward_gelu(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
     return F.gelu(x @ W_1 + b_1) @ W_2 + b_2
 
 
+def position_wise_feed_forward_with_add_and_norm(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    # as a PositionwiseFeedForward module that ends with `x += residual; x = self.layer_norm(x)`
+    residual = x
+    x = F.relu(x @ W_1 + b_1) @ W_2 + b_2
+    x += residual
+    return F.layer_norm(x, x.shape[-1:], eps=1e-6)
+
+
+def position_wise_feed_forward_with_residual(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return x + F.relu(x @ W_1 + b_1) @ W_2 + b_2
+
+
 @pytest.mark.parametrize(
     "fn, phrase",
     [
+        (position_wise_feed_forward_with_add_and_norm, "returning layer_norm(x + FFN(x))"),
+        (position_wise_feed_forward_with_residual, "adding x to the output"),
         (position_wise_feed_forward_no_relu, "ReLU is missing"),
         (position_wise_feed_forward_relu_last, "after the second linear map"),
         (position_wise_feed_forward_no_biases, "both biases are missing"),
@@ -321,6 +406,14 @@ def position_wise_feed_forward_gelu(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
 )
 def test_position_wise_feed_forward_classic_mistakes_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name="position_wise_feed_forward"), phrase)
+
+
+def test_a_feed_forward_module_with_its_own_add_and_norm_is_named_where_the_widths_allow_it():
+    report = check(position_wise_feed_forward_with_add_and_norm, name="position_wise_feed_forward")
+    by_name = {r.name: r for r in report.results}
+    assert "raised RuntimeError" in by_name["output width"].feedback  # E_out != E: x + FFN(x) fails
+    for name in ("fixed small case", "batch of sequences", "square weights"):
+        assert "(Add & Norm)" in by_name[name].diagnosis, name
 
 
 def test_position_wise_feed_forward_transposed_weights_fail_with_an_error_on_non_square_weights():
@@ -485,6 +578,90 @@ def label_smoothing_loss_log_softmax_of_softmax(logits, target, smoothing, ignor
 )
 def test_label_smoothing_loss_classic_mistakes_are_diagnosed(fn, phrase):
     assert_diagnosed(check(fn, name="label_smoothing_loss"), phrase)
+
+
+class LabelSmoothing(nn.Module):
+    "Implement label smoothing (the Annotated Transformer's)."
+
+    def __init__(self, size, padding_idx, smoothing=0.0):
+        super().__init__()
+        self.criterion = nn.KLDivLoss(reduction="sum")
+        self.padding_idx = padding_idx
+        self.confidence = 1.0 - smoothing
+        self.smoothing = smoothing
+        self.size = size
+        self.true_dist = None
+
+    def forward(self, x, target):
+        assert x.size(1) == self.size
+        true_dist = x.data.clone()
+        true_dist.fill_(self.smoothing / (self.size - 2))
+        true_dist.scatter_(1, target.data.unsqueeze(1), self.confidence)
+        true_dist[:, self.padding_idx] = 0
+        mask = torch.nonzero(target.data == self.padding_idx)
+        if mask.dim() > 0:
+            true_dist.index_fill_(0, mask.squeeze(), 0.0)
+        self.true_dist = true_dist
+        return self.criterion(x, true_dist.clone().detach())
+
+
+def label_smoothing_loss_annotated_transformer(logits, target, smoothing, ignore_index=-100):
+    # LabelSmoothing on the generator's log_softmax, divided by the number of tokens (SimpleLossCompute)
+    criterion = LabelSmoothing(logits.size(-1), ignore_index, smoothing)
+    return criterion(torch.log_softmax(logits, dim=-1), target) / (target != ignore_index).sum()
+
+
+def label_smoothing_loss_smoothing_counts_ignored_rows(logits, target, smoothing, ignore_index=-100):
+    lprobs = torch.log_softmax(logits, dim=-1)
+    keep = target != ignore_index
+    nll_loss = -lprobs[torch.arange(len(target))[keep], target[keep]].mean()
+    smooth_loss = -lprobs.mean(dim=-1)
+    return (1 - smoothing) * nll_loss + smoothing * smooth_loss.mean()
+
+
+def label_smoothing_loss_kl_div(logits, target, smoothing, ignore_index=-100):
+    N, C = logits.shape
+    keep = target != ignore_index
+    q = torch.full((N, C), smoothing / C)
+    q[keep, target[keep]] += 1 - smoothing
+    return F.kl_div(torch.log_softmax(logits, dim=-1)[keep], q[keep], reduction="batchmean")
+
+
+def test_annotated_transformer_label_smoothing_is_named_where_the_padding_class_is_a_class_id():
+    # with ignore_index = -100 its `true_dist[:, padding_idx] = 0` raises; with the pad id 0 it runs
+    report = check(label_smoothing_loss_annotated_transformer, name="label_smoothing_loss")
+    for name in ("ignore_index = pad id", "pad class in the target"):
+        pad = next(r for r in report.results if r.name == name)
+        assert not pad.passed and "eps / (C - 2)" in pad.diagnosis and "KLDivLoss" in pad.diagnosis, name
+    assert_diagnosed(report, "the Annotated Transformer's LabelSmoothing")
+
+
+def test_a_padding_class_without_smoothing_mass_fails_even_when_no_row_is_ignored():
+    def label_smoothing_loss_pad_column_zeroed(logits, target, smoothing, ignore_index=-100):
+        N, C = logits.shape
+        q = torch.full((N, C), smoothing / (C - 2))
+        q[torch.arange(N), target.clamp(min=0)] = 1 - smoothing
+        if 0 <= ignore_index < C:
+            q[:, ignore_index] = 0.0
+        keep = target != ignore_index
+        return -(q * torch.log_softmax(logits, dim=-1)).sum(-1)[keep].mean()
+
+    report = check(label_smoothing_loss_pad_column_zeroed, name="label_smoothing_loss")
+    pad = next(r for r in report.results if r.name == "pad class in the target")
+    assert not pad.passed and "eps / (C - 2)" in pad.diagnosis
+
+
+def test_smoothing_that_counts_the_ignored_rows_is_named_on_the_ignored_rows_test():
+    report = check(label_smoothing_loss_smoothing_counts_ignored_rows, name="label_smoothing_loss")
+    ignored = next(r for r in report.results if r.name == "ignored rows")
+    assert not ignored.passed and "out of both terms" in ignored.diagnosis
+    assert next(r for r in report.results if r.name == "random batches").passed
+
+
+def test_kl_divergence_to_the_smoothed_target_is_named():
+    report = check(label_smoothing_loss_kl_div, name="label_smoothing_loss")
+    assert_diagnosed(report, "KL divergence to the smoothed target")
+    assert next(r for r in report.results if r.name == "smoothing 0 and 1").passed is False
 
 
 def test_label_smoothing_loss_unstable_version_fails_only_the_large_logits_test():

@@ -38,6 +38,22 @@ def _pad_n11s(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (tokens != pad_id)[:, None, None, :]
 
 
+def _pad_inverted_n1s(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    return (tokens == pad_id)[:, None, :]
+
+
+def _pad_inverted_n11s(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    return (tokens == pad_id)[:, None, None, :]
+
+
+def _pad_additive_inf(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    return torch.zeros(tokens.shape).masked_fill(tokens == pad_id, float("-inf"))
+
+
+def _pad_extended_attention_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    return (1.0 - (tokens != pad_id).float())[:, None, None, :] * -10000.0
+
+
 def _pad_transposed(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (tokens != pad_id).T
 
@@ -130,6 +146,22 @@ def _causal_additive_inf(size: int, device=None) -> torch.Tensor:
 
 def _causal_additive_big(size: int, device=None) -> torch.Tensor:
     return torch.zeros(size, size).masked_fill(~torch.ones(size, size, dtype=torch.bool).tril(), -1e9)
+
+
+def _causal_1ll(size: int, device=None) -> torch.Tensor:
+    return torch.ones(1, size, size, dtype=torch.bool).tril()
+
+
+def _causal_11ll(size: int, device=None) -> torch.Tensor:
+    return torch.ones(1, 1, size, size, dtype=torch.bool).tril()
+
+
+def _causal_11ll_float(size: int, device=None) -> torch.Tensor:
+    return torch.ones(size, size).tril().view(1, 1, size, size)
+
+
+def _causal_inverted_float(size: int, device=None) -> torch.Tensor:
+    return torch.ones(size, size).triu(diagonal=1)
 
 
 def _causal_all_true(size: int, device=None) -> torch.Tensor:
@@ -226,6 +258,16 @@ def _ffn_transposed(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
 
 def _ffn_weights_swapped(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
     return torch.relu(x @ W_2 + b_1) @ W_1 + b_2
+
+
+def _ffn_residual(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    return x + torch.relu(x @ W_1 + b_1) @ W_2 + b_2
+
+
+def _ffn_residual_norm(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
+    y = x + torch.relu(x @ W_1 + b_1) @ W_2 + b_2
+    centred = y - y.mean(dim=-1, keepdim=True)
+    return centred / torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + 1e-5)
 
 
 def _position_wise(perm: torch.Tensor, pos: int):
@@ -388,6 +430,47 @@ def _ls_softmax_dim0(logits, target, smoothing, ignore_index=-100):
     return per_row[valid].sum() / valid.sum()
 
 
+def _ls_annotated_target(logits, target, smoothing, ignore_index):
+    """The Annotated Transformer's true_dist: eps / (C - 2) on every class but the true one (1 - eps)
+    and the padding class ignore_index (0), and rows whose target is the padding all 0. An
+    ignore_index that is no class id (-100) raises IndexError, as there."""
+    N, C = logits.shape
+    true_dist = torch.full((N, C), smoothing / (C - 2), dtype=logits.dtype)
+    true_dist.scatter_(1, target.clamp(min=0)[:, None], 1 - smoothing)
+    true_dist[:, ignore_index] = 0
+    true_dist[target == ignore_index] = 0
+    return true_dist
+
+
+def _ls_annotated_kl(logits, target, smoothing, ignore_index=-100):
+    t = _ls_annotated_target(logits, target, smoothing, ignore_index)
+    log_probs = logits - logits.logsumexp(dim=-1, keepdim=True)
+    kl = torch.where(t > 0, t * (torch.log(t.clamp(min=1e-30)) - log_probs), torch.zeros_like(t))
+    return kl.sum() / (target != ignore_index).sum()
+
+
+def _ls_annotated_cross_entropy(logits, target, smoothing, ignore_index=-100):
+    t = _ls_annotated_target(logits, target, smoothing, ignore_index)
+    log_probs = logits - logits.logsumexp(dim=-1, keepdim=True)
+    return -(t * log_probs).sum() / (target != ignore_index).sum()
+
+
+def _ls_kl_divergence(logits, target, smoothing, ignore_index=-100):
+    log_probs, valid, nll = _ls_parts(logits, target, ignore_index)
+    C = logits.shape[-1]
+    per_row = (1 - smoothing) * nll + smoothing * -log_probs.mean(dim=-1)
+    q_true, q_other = 1 - smoothing + smoothing / C, smoothing / C
+    entropy = -(q_true * math.log(q_true) if q_true > 0 else 0.0) - (
+        (C - 1) * q_other * math.log(q_other) if q_other > 0 else 0.0
+    )
+    return (per_row[valid] - entropy).sum() / valid.sum()
+
+
+def _ls_smoothing_over_all_rows(logits, target, smoothing, ignore_index=-100):
+    log_probs, valid, nll = _ls_parts(logits, target, ignore_index)
+    return (1 - smoothing) * nll[valid].sum() / valid.sum() + smoothing * -log_probs.mean(dim=-1).mean()
+
+
 def _nan_or_zero(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     """Every row ignored: a 0-d tensor that is NaN (as F.cross_entropy) or 0; no error."""
     for a in actual:
@@ -479,6 +562,12 @@ def _label_smoothing_cases() -> list[Case]:
             points=1,
             judge=_nan_or_zero,
         ),
+        Case(
+            "pad class in the target",
+            "with the pad id 0 as ignore_index and no row ignored, class 0 still gets its share eps / C",
+            [Call((randn(g, 4, 6, scale=2.0), _targets(g, 4, 6, avoid=0), 0.2), {"ignore_index": 0})],
+            points=1,
+        ),
     ]
 
 
@@ -513,6 +602,26 @@ EXERCISES = [
                 "returning shape (N, 1, 1, S): the function returns the (N, S) mask; add the broadcast "
                 "dims where the mask is used (mask[:, None, None, :])",
                 _pad_n11s,
+            ),
+            Mistake(
+                "the mask is inverted (True at the padding, as nn.MultiheadAttention's key_padding_mask) and "
+                "has shape (N, 1, S): return the (N, S) mask, True at the real tokens (tokens != pad_id)",
+                _pad_inverted_n1s,
+            ),
+            Mistake(
+                "the mask is inverted (True at the padding, as nn.MultiheadAttention's key_padding_mask) and "
+                "has shape (N, 1, 1, S): return the (N, S) mask, True at the real tokens (tokens != pad_id)",
+                _pad_inverted_n11s,
+            ),
+            Mistake(
+                "returning an additive float mask (0 at the real tokens, -inf at the padding) instead of the "
+                "bool mask: return tokens != pad_id; the -inf comes later, from masked_fill on the scores",
+                _pad_additive_inf,
+            ),
+            Mistake(
+                "returning BERT's extended attention mask, (1 - mask)[:, None, None, :] * -10000.0, a float "
+                "(N, 1, 1, S) to add to the scores: return the (N, S) bool mask, True at the real tokens",
+                _pad_extended_attention_mask,
             ),
             Mistake("the mask is transposed: shape (S, N) instead of (N, S)", _pad_transposed),
             Mistake(
@@ -563,6 +672,27 @@ EXERCISES = [
                 "instead of the bool mask (True = may attend)",
                 _causal_additive_big,
             ),
+            Mistake(
+                "returning shape (1, L, L), as the Annotated Transformer's subsequent_mask: the values are "
+                "right, but the function returns the (L, L) mask; the batch dim broadcasts where it is used",
+                _causal_1ll,
+            ),
+            Mistake(
+                "returning shape (1, 1, L, L), a mask already broadcast over batch and heads: the function "
+                "returns the (L, L) bool mask; add the dims where it is used",
+                _causal_11ll,
+            ),
+            Mistake(
+                "returning a (1, 1, L, L) float tensor of 1s and 0s (torch.tril(torch.ones(L, L)).view(1, 1, L, L), "
+                "as nanoGPT's buffer) instead of the (L, L) bool mask (True = may attend)",
+                _causal_11ll_float,
+            ),
+            Mistake(
+                "returning torch.triu(torch.ones(L, L), diagonal=1), a float tensor with 1s above the diagonal: "
+                "that marks the future keys to block, as a float; here the mask is bool and True = may attend, "
+                "so return its complement, True on and below the diagonal",
+                _causal_inverted_float,
+            ),
             Mistake("every entry is True: nothing is masked, so every query sees the future", _causal_all_true),
         ],
         forbidden=(
@@ -603,6 +733,17 @@ EXERCISES = [
                 "the weights are swapped: x is multiplied by W_1 first, then the hidden layer by W_2",
                 _ffn_weights_swapped,
             ),
+            Mistake(
+                "returning layer_norm(x + FFN(x)): the residual connection and the layer norm belong to the "
+                "transformer layer around the feed-forward block (Add & Norm), not inside it; return "
+                "relu(x @ W_1 + b_1) @ W_2 + b_2 itself",
+                _ffn_residual_norm,
+            ),
+            Mistake(
+                "adding x to the output (a residual connection): the residual belongs to the transformer layer "
+                "around the feed-forward block, not inside it; return relu(x @ W_1 + b_1) @ W_2 + b_2 itself",
+                _ffn_residual,
+            ),
         ],
     ),
     Exercise(
@@ -639,6 +780,12 @@ EXERCISES = [
                 _ls_not_ignored,
             ),
             Mistake(
+                "the smoothing term is averaged over all rows, the ignored ones included (only the "
+                "cross-entropy term skips them, e.g. F.nll_loss(..., ignore_index=...) plus eps * "
+                "smooth_loss.mean()): leave the rows whose target is ignore_index out of both terms",
+                _ls_smoothing_over_all_rows,
+            ),
+            Mistake(
                 "dividing by all N rows instead of the number of rows not ignored: the ignored rows still "
                 "count in the mean",
                 _ls_mean_over_all_rows,
@@ -656,6 +803,25 @@ EXERCISES = [
             ),
             Mistake(
                 "normalising over the batch dim (dim 0) instead of over the classes (the last dim)", _ls_softmax_dim0
+            ),
+            Mistake(
+                "the Annotated Transformer's LabelSmoothing with KLDivLoss: it spreads eps / (C - 2) over the "
+                "classes other than the true one and the padding class (which takes no mass), and KL divergence "
+                "is the cross-entropy minus the target's entropy. Here every one of the C classes gets eps / C "
+                "(the true class 1 - eps + eps / C, the padding class too), and the loss is the cross-entropy",
+                _ls_annotated_kl,
+            ),
+            Mistake(
+                "the smoothing mass is spread as eps / (C - 2) over the classes other than the true one and the "
+                "padding class (the Annotated Transformer's target): here every one of the C classes gets "
+                "eps / C, the padding class included, and the true class 1 - eps + eps / C",
+                _ls_annotated_cross_entropy,
+            ),
+            Mistake(
+                "computing the KL divergence to the smoothed target (as nn.KLDivLoss) instead of the "
+                "cross-entropy: the two differ by the target's entropy, a constant that is not 0 when eps > 0; "
+                "return -sum_c q_c log p_c",
+                _ls_kl_divergence,
             ),
         ],
         forbidden=(
