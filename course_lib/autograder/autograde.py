@@ -67,6 +67,7 @@ REFERENCE_MODULES = (
     "masks.py",
     "feedforward.py",
     "losses.py",
+    "efficient.py",
 )
 
 

@@ -34,6 +34,9 @@ GRADED_SIGNATURES = {
     "causal_mask": "(size",
     "position_wise_feed_forward": "(x, W_1, b_1, W_2, b_2",
     "label_smoothing_loss": "(logits, target, smoothing, ignore_index=-100)",
+    "tiled_attention": "(q, k, v, mask=None, block_size=128)",
+    "sliding_window_mask": "(L, S=None, *, window, causal=False",
+    "cached_attention_step": "(q, k, v, cache=None)",
 }
 
 
