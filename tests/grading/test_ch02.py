@@ -279,6 +279,15 @@ def sdpa_as_in_the_annotated_transformer(query, key, value, mask=None):
     return torch.matmul(p_attn, value), p_attn
 
 
+def sdpa_filling_masked_scores_with_a_tiny_number(query, key, value, mask=None):
+    d_k = query.size()[-1]
+    attention_logits = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        attention_logits.masked_fill_(mask == 0, 1e-15)
+    attention = _stable(attention_logits, dim=-1)
+    return torch.matmul(attention, value), attention
+
+
 def sdpa_softmax_over_dim_1(q, k, v, mask=None):
     w = _stable(_masked_scores(q, k, mask, math.sqrt(q.shape[-1])), dim=1)
     return w @ v, w
@@ -442,6 +451,15 @@ def self_attention_as_in_the_annotated_transformer(x, W_q, W_k, W_v, mask=None):
     return sdpa_as_in_the_annotated_transformer(x @ W_q, x @ W_k, x @ W_v, mask)
 
 
+def self_attention_filling_masked_scores_with_zero(x, W_q, W_k, W_v, mask=None):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores * mask  # masked scores become 0
+    w = _stable(scores)
+    return w @ v, w
+
+
 def self_attention_calling_torch_softmax(x, W_q, W_k, W_v, mask=None):
     q, k, v = x @ W_q, x @ W_k, x @ W_v
     w = torch.softmax(_masked_scores(q, k, mask, math.sqrt(q.shape[-1])), dim=-1)
@@ -558,6 +576,7 @@ MISTAKES = [
     ("scaled_dot_product_attention", sdpa_large_negative_mask, "large negative number (-1e4) instead of -inf"),
     ("scaled_dot_product_attention", sdpa_as_in_the_annotated_transformer, "large negative number (-1e9)"),
     ("scaled_dot_product_attention", sdpa_softmax_over_dim_1, "softmax over dim 1"),
+    ("scaled_dot_product_attention", sdpa_filling_masked_scores_with_a_tiny_number, "filling masked scores with 0"),
     ("scaled_dot_product_attention", sdpa_nan_for_fully_masked_rows, "returns NaN when a whole row"),
     ("scaled_dot_product_attention", sdpa_weights_transposed, "weights transposed"),
     ("scaled_dot_product_attention", sdpa_outputs_swapped, "(weights, output) instead of (output, weights)"),
@@ -575,6 +594,7 @@ MISTAKES = [
     ("self_attention", self_attention_weights_transposed, "weights transposed"),
     ("self_attention", self_attention_large_negative_mask, "large negative number (-1e4) instead of -inf"),
     ("self_attention", self_attention_as_in_the_annotated_transformer, "large negative number (-1e9)"),
+    ("self_attention", self_attention_filling_masked_scores_with_zero, "filling masked scores with 0"),
     ("self_attention", self_attention_nan_for_fully_masked_rows, "returns NaN when a whole row"),
 ]
 

@@ -328,6 +328,11 @@ def mha_with_a_half_precision_safe_fill(query, key, value, W_q, W_k, W_v, W_o, n
     return _merge(heads) @ W_o, weights
 
 
+def mha_filling_masked_scores_with_zero(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, fill=0.0, zero_empty_rows=False)
+    return _merge(heads) @ W_o, weights
+
+
 def mha_with_residual_and_layer_norm_inside(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     # as a MultiHeadAttention module that ends with `q += residual; q = self.layer_norm(q)`
     residual = query
@@ -783,6 +788,7 @@ MISTAKES = [
     ("multi_head_attention", mha_with_a_half_precision_safe_fill, "large negative number (-1e4) instead of -inf"),
     ("multi_head_attention", mha_with_residual_and_layer_norm_inside, "returning layer_norm(query + attention output)"),
     ("multi_head_attention", mha_with_residual_inside, "adding the query to the attention output"),
+    ("multi_head_attention", mha_filling_masked_scores_with_zero, "filling masked scores with 0"),
     ("multi_head_attention", mha_nan_for_fully_masked_rows, "fully masked row gives NaN"),
     ("multi_head_attention", mha_unstable_softmax, "without subtracting the row maximum"),
     ("multi_head_attention", mha_softmax_over_queries, "softmax over the queries"),

@@ -146,6 +146,16 @@ def pe_annotated_transformer_buffer(num_positions, d_model):
     return pe.unsqueeze(0)
 
 
+def pe_pytorch_tutorial_buffer(num_positions, d_model):
+    # the nn.Transformer tutorial's PositionalEncoding: sequence first, (max_len, 1, d_model)
+    position = torch.arange(num_positions).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(num_positions, 1, d_model)
+    pe[:, 0, 0::2] = torch.sin(position * div_term)
+    pe[:, 0, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
 def pe_positive_exponent(num_positions, d_model):
     pe = torch.zeros(num_positions, d_model, dtype=torch.float64)
     position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)
@@ -355,6 +365,7 @@ PE_MISTAKES = [
     (pe_loop_with_two_times_the_even_column_index, "10000^(-4i/d_model)"),
     (pe_like_tensor2tensor, "the tensor2tensor / fairseq layout"),
     (pe_annotated_transformer_buffer, "shape (1, num_positions, d_model)"),
+    (pe_pytorch_tutorial_buffer, "shape (num_positions, 1, d_model)"),
 ]
 
 

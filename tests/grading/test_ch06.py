@@ -619,6 +619,16 @@ def label_smoothing_loss_smoothing_counts_ignored_rows(logits, target, smoothing
     return (1 - smoothing) * nll_loss + smoothing * smooth_loss.mean()
 
 
+def label_smoothing_loss_from_pytorch_issue_7455(logits, target, smoothing, ignore_index=-100):
+    pred = logits.log_softmax(dim=-1)
+    with torch.no_grad():
+        true_dist = torch.zeros_like(pred)
+        true_dist.fill_(smoothing / (logits.size(-1) - 1))
+        true_dist.scatter_(1, target.data.unsqueeze(1), 1.0 - smoothing)
+        true_dist.masked_fill_((target == ignore_index).unsqueeze(1), 0)
+    return torch.mean(torch.sum(-true_dist * pred, dim=-1))
+
+
 def label_smoothing_loss_kl_div(logits, target, smoothing, ignore_index=-100):
     N, C = logits.shape
     keep = target != ignore_index
@@ -656,6 +666,13 @@ def test_smoothing_that_counts_the_ignored_rows_is_named_on_the_ignored_rows_tes
     ignored = next(r for r in report.results if r.name == "ignored rows")
     assert not ignored.passed and "out of both terms" in ignored.diagnosis
     assert next(r for r in report.results if r.name == "random batches").passed
+
+
+def test_the_label_smoothing_loss_of_pytorch_issue_7455_is_named_with_both_of_its_differences():
+    report = check(label_smoothing_loss_from_pytorch_issue_7455, name="label_smoothing_loss")
+    pad = next(r for r in report.results if r.name == "ignore_index = pad id")
+    assert not pad.passed and "eps / (C - 1)" in pad.diagnosis and "all N rows" in pad.diagnosis
+    assert_diagnosed(report, "PyTorch issue 7455")
 
 
 def test_kl_divergence_to_the_smoothed_target_is_named():

@@ -178,6 +178,12 @@ def _big_negative_message(fill: str, who: str) -> str:
     )
 
 
+_ZERO_FILL = (
+    "filling masked scores with 0 (or a tiny number such as 1e-15) instead of -inf: a score of 0 is "
+    "an ordinary score, so the masked keys still get weight; fill with float('-inf'), which the "
+    "softmax turns into a weight of exactly 0"
+)
+
 _SDPA_MISTAKES = [
     Mistake(
         "not scaling the scores: your weights are sqrt(d_k) times too sharp (did you divide "
@@ -219,6 +225,7 @@ _SDPA_MISTAKES = [
         "inverting the mask: True means 'may attend', but your code blocks the True entries",
         _variant(mask_mode="inverted"),
     ),
+    Mistake(_ZERO_FILL, _variant(mask_mode="big_negative", fill=0.0)),
     Mistake(_big_negative_message("-1e9", "a query"), _variant(mask_mode="big_negative", fill=-1e9)),
     Mistake(_big_negative_message("-1e4", "a query"), _variant(mask_mode="big_negative", fill=-1e4)),
     Mistake(
@@ -520,6 +527,7 @@ _SELF_ATTENTION_MISTAKES = [
         "returning the weights transposed: row t must hold token t's weights over the keys",
         _project_then(_variant(transpose_weights=True)),
     ),
+    Mistake(_ZERO_FILL, _project_then(_variant(mask_mode="big_negative", fill=0.0))),
     Mistake(_big_negative_message("-1e9", "a token"), _project_then(_variant(mask_mode="big_negative", fill=-1e9))),
     Mistake(_big_negative_message("-1e4", "a token"), _project_then(_variant(mask_mode="big_negative", fill=-1e4))),
     Mistake(

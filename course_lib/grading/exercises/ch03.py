@@ -173,13 +173,13 @@ def _weights(scores: torch.Tensor, mask: torch.Tensor | None, how: str, dim: int
     if mask is not None:
         if how == "inverted":
             mask = ~mask
-        fill = {"big_negative": -1e9, "big_negative_1e4": -1e4}.get(how, float("-inf"))
+        fill = {"big_negative": -1e9, "big_negative_1e4": -1e4, "zero_fill": 0.0}.get(how, float("-inf"))
         scores = scores.masked_fill(~mask, fill)
     if how == "naive_exp":  # no max subtracted: overflows, and 0/0 on fully masked rows
         e = torch.exp(scores)
         return e / e.sum(dim=dim, keepdim=True)
     w = torch.softmax(scores, dim=dim)
-    if how in ("nan", "big_negative", "big_negative_1e4"):
+    if how in ("nan", "big_negative", "big_negative_1e4", "zero_fill"):
         return w
     return torch.nan_to_num(w, nan=0.0)  # a fully masked row: zero weights
 
@@ -300,6 +300,12 @@ _CORE_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
         "applying the mask after the softmax: the masked weights are zeroed but the rest "
         "no longer sum to 1; mask the scores (with -inf) before the softmax",
         {"mask_how": "after"},
+    ),
+    (
+        "zero_fill",
+        "filling masked scores with 0 (or a tiny number such as 1e-15) instead of -inf: a score of 0 is "
+        "an ordinary score, so the masked keys still get weight; fill with float('-inf')",
+        {"mask_how": "zero_fill"},
     ),
     ("big_negative", _big_negative_message("-1e9"), {"mask_how": "big_negative"}),
     ("big_negative_1e4", _big_negative_message("-1e4"), {"mask_how": "big_negative_1e4"}),

@@ -99,6 +99,10 @@ def _pe_batch_dim(num_positions: int, d_model: int) -> torch.Tensor:
     return sinusoidal_positional_encoding(num_positions, d_model).unsqueeze(0)
 
 
+def _pe_sequence_first(num_positions: int, d_model: int) -> torch.Tensor:
+    return sinusoidal_positional_encoding(num_positions, d_model).unsqueeze(1)
+
+
 def _pe_positive_exponent(num_positions: int, d_model: int) -> torch.Tensor:
     return _table(num_positions, d_model, 1.0 / _pair_frequencies(d_model))
 
@@ -315,6 +319,12 @@ EXERCISES = [
                 "pe.unsqueeze(0) buffer): return the (num_positions, d_model) table and add the batch dim "
                 "where the table is added to the embeddings",
                 _pe_batch_dim,
+            ),
+            Mistake(
+                "returning shape (num_positions, 1, d_model), the sequence-first buffer of PyTorch's "
+                "nn.Transformer tutorial (pe.unsqueeze(0).transpose(0, 1)): return the (num_positions, "
+                "d_model) table; the batch dim is added where the table is used",
+                _pe_sequence_first,
             ),
             Mistake(
                 "positive exponent: multiplying the position by 10000^(2i/d_model) instead of dividing "

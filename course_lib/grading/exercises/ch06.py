@@ -466,6 +466,16 @@ def _ls_kl_divergence(logits, target, smoothing, ignore_index=-100):
     return (per_row[valid] - entropy).sum() / valid.sum()
 
 
+def _ls_over_others_all_rows(logits, target, smoothing, ignore_index=-100):
+    log_probs, valid, nll = _ls_parts(logits, target, ignore_index)
+    C = logits.shape[-1]
+    if ((target < 0) | (target >= C)).any():  # scatter_ of the target, ignored rows included
+        raise IndexError("index out of bounds")
+    others = -log_probs.sum(dim=-1) - nll
+    per_row = (1 - smoothing) * nll + smoothing / (C - 1) * others
+    return (per_row * valid).sum() / target.shape[0]
+
+
 def _ls_smoothing_over_all_rows(logits, target, smoothing, ignore_index=-100):
     log_probs, valid, nll = _ls_parts(logits, target, ignore_index)
     return (1 - smoothing) * nll[valid].sum() / valid.sum() + smoothing * -log_probs.mean(dim=-1).mean()
@@ -778,6 +788,13 @@ EXERCISES = [
                 "the rows whose target is ignore_index are not left out: they must count neither in the "
                 "sum nor in the number of rows the mean divides by",
                 _ls_not_ignored,
+            ),
+            Mistake(
+                "two differences, as in the LabelSmoothingLoss of PyTorch issue 7455: the smoothing mass is "
+                "spread over the C - 1 wrong classes only (eps / (C - 1) each), and the mean is over all N rows, "
+                "the ignored ones (zeroed) included. Here every one of the C classes gets eps / C, and the "
+                "mean is over the rows not ignored",
+                _ls_over_others_all_rows,
             ),
             Mistake(
                 "the smoothing term is averaged over all rows, the ignored ones included (only the "
