@@ -115,7 +115,7 @@ def make_job(
         job.calls[key] = list(calls[name])
         job.standins[key] = (name, list(names))
         job.references.update({c: exercise(c).reference for c in names})
-        job.when[key] = _some_callee_fails(names, seed, forbidden or {})
+        job.when[key] = _some_callee_fails(name, names, seed, forbidden or {})
     return job
 
 
@@ -124,16 +124,23 @@ def standin_key(name: str) -> str:
     return f"{name} (references standing in)"
 
 
-def _some_callee_fails(names: list[str], seed: int | None, forbidden: dict[str, list[str]]):
-    def decide(outcomes: dict[str, list[Outcome | None]]) -> bool:
-        for c in names:
-            outs = outcomes.get(c)
-            if forbidden.get(c) or outs is None or any(o is None for o in outs):
-                return True
-            ex = exercise(c)
-            if not judge(ex, split_outcomes(ex, [o for o in outs if o is not None], seed), seed=seed).passed:
-                return True
+def _passes(name: str, outcomes: dict[str, list[Outcome | None]], seed: int | None) -> bool:
+    outs = outcomes.get(name)
+    if outs is None or any(o is None for o in outs):
         return False
+    ex = exercise(name)
+    return judge(ex, split_outcomes(ex, [o for o in outs if o is not None], seed), seed=seed).passed
+
+
+def _some_callee_fails(name: str, names: list[str], seed: int | None, forbidden: dict[str, list[str]]):
+    """Whether to make the stand-in run of ``name``: it failed some of its own tests, and one
+    of its callees ``names`` is forbidden or failed its own (the rule :func:`course_lib.grading.check`
+    follows too)."""
+
+    def decide(outcomes: dict[str, list[Outcome | None]]) -> bool:
+        if _passes(name, outcomes, seed):
+            return False
+        return any(forbidden.get(c) or not _passes(c, outcomes, seed) for c in names)
 
     return decide
 
