@@ -328,6 +328,22 @@ def mha_with_a_half_precision_safe_fill(query, key, value, W_q, W_k, W_v, W_o, n
     return _merge(heads) @ W_o, weights
 
 
+def mha_as_in_the_annotated_transformer(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    # MultiHeadedAttention.forward, with the notebook's weights and attention
+    if mask is not None:
+        # Same mask applied to all h heads.
+        mask = mask.unsqueeze(1)
+    nbatches = query.size(0)
+    d_k = query.size(-1) // num_heads
+    query, key, value = [
+        (x @ W).view(nbatches, -1, num_heads, d_k).transpose(1, 2)
+        for W, x in zip((W_q, W_k, W_v), (query, key, value), strict=True)
+    ]
+    x, attn = _attend(query, key, value, mask=mask)
+    x = x.transpose(1, 2).contiguous().view(nbatches, -1, num_heads * d_k)
+    return x @ W_o, attn
+
+
 def mha_filling_masked_scores_with_zero(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
     heads, weights = _heads(query, key, value, W_q, W_k, W_v, num_heads, mask, fill=0.0, zero_empty_rows=False)
     return _merge(heads) @ W_o, weights
@@ -789,6 +805,7 @@ MISTAKES = [
     ("multi_head_attention", mha_with_residual_and_layer_norm_inside, "returning layer_norm(query + attention output)"),
     ("multi_head_attention", mha_with_residual_inside, "adding the query to the attention output"),
     ("multi_head_attention", mha_filling_masked_scores_with_zero, "filling masked scores with 0"),
+    ("multi_head_attention", mha_as_in_the_annotated_transformer, "mask.unsqueeze(1)"),
     ("multi_head_attention", mha_nan_for_fully_masked_rows, "fully masked row gives NaN"),
     ("multi_head_attention", mha_unstable_softmax, "without subtracting the row maximum"),
     ("multi_head_attention", mha_softmax_over_queries, "softmax over the queries"),
@@ -910,6 +927,14 @@ def test_a_multi_head_attention_module_with_its_own_add_and_norm_is_named_on_eve
     report = check(mha_with_residual_and_layer_norm_inside, name="multi_head_attention")
     assert report.score == 0, str(report)
     assert_diagnosed(report, "belong to the transformer layer around the attention (Add & Norm)")
+
+
+def test_annotated_transformer_attention_is_named_where_its_extra_mask_axis_still_broadcasts():
+    report = check(mha_as_in_the_annotated_transformer, name="multi_head_attention")
+    by_name = {r.name: r for r in report.results}
+    assert by_name["fixed small case"].passed and by_name["cross-attention"].passed  # no mask: right
+    assert "raised RuntimeError" in by_name["mask (L, S)"].feedback  # (L, 1, S) does not broadcast
+    assert "mask.unsqueeze(1)" in by_name["padding mask"].diagnosis
 
 
 def test_split_heads_keeps_integer_and_bool_inputs_as_they_are():

@@ -165,6 +165,12 @@ def _merge(x: torch.Tensor, how: str) -> torch.Tensor:
     raise ValueError(how)
 
 
+def _merge_annotated(x: torch.Tensor, N: int, E: int) -> torch.Tensor:
+    """The Annotated Transformer's x.transpose(1, 2).contiguous().view(nbatches, -1, h * d_k): the
+    merge for heads (N, H, L, D), and what it makes of the 5-d heads of a mask given a head axis."""
+    return x.transpose(1, 2).contiguous().view(N, -1, E)
+
+
 def _weights(scores: torch.Tensor, mask: torch.Tensor | None, how: str, dim: int = -1) -> torch.Tensor:
     """Softmax of the scores with the mask applied as ``how`` says."""
     if how == "after":  # softmax first, then zero the masked weights (no renormalisation)
@@ -205,11 +211,14 @@ def _mha_variant(
     transpose_w=False,
     kv="ok",
     residual="none",
+    unsqueeze_mask=False,
 ):
     """Multi-head attention with one step done differently; all defaults give the reference."""
     H = num_heads
     E = query.shape[-1]
     D = E // H
+    if unsqueeze_mask and mask is not None:  # the Annotated Transformer's "same mask for all heads"
+        mask = mask.unsqueeze(1)
     if transpose_w:
         W_q, W_k, W_v, W_o = W_q.T, W_k.T, W_v.T, W_o.T
     if kv == "query":
@@ -223,7 +232,9 @@ def _mha_variant(
     scores = q @ k.transpose(-2, -1) / divisor  # (N, H, L, S)
     w = _weights(scores, mask, mask_how, softmax_dim)  # (N, H, L, S)
     heads = w @ v  # (N, H, L, D)
-    if out == "concat":
+    if out == "concat" and merge == "annotated":
+        result = _merge_annotated(heads, query.shape[0], E) @ W_o
+    elif out == "concat":
         result = _merge(heads, merge) @ W_o
     elif out == "no_wo":
         result = _merge(heads, merge)
@@ -390,6 +401,13 @@ _MHA_OUTPUT_MISTAKES: list[tuple[str, str, dict[str, Any]]] = [
         "concatenating the heads after projecting each one to width E with its rows of "
         "W_o: the output has width H * E; concatenate the heads first, then multiply by W_o",
         {"out": "concat_contrib"},
+    ),
+    (
+        "unsqueeze_mask",
+        "adding a head axis to the mask (mask.unsqueeze(1), as the Annotated Transformer does for its "
+        "(N, 1, S) and (N, L, L) masks): the mask you are given already broadcasts to (N, H, L, S), so "
+        "the extra axis broadcasts the scores to 5 dims and mixes the batch into the heads; pass it on as it is",
+        {"unsqueeze_mask": True, "merge": "annotated"},
     ),
     (
         "mean_weights",
