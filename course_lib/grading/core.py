@@ -272,6 +272,8 @@ class _CallTimeout(Exception):
 def _copy_arg(a: Any) -> Any:
     if isinstance(a, torch.Tensor):
         return a.clone()
+    if type(a) in (tuple, list):
+        return type(a)(_copy_arg(x) for x in a)  # a KV cache (K, V): its tensors are copied too
     return a
 
 
@@ -305,16 +307,22 @@ def call_once(
     With ``watch`` (an exercise's :meth:`Exercise.watch`), the torch functions and operators
     it names are recorded in the outcome's ``seen`` when the call runs them.
     """
+    args = tuple(_copy_arg(a) for a in call.args)
+    kwargs = {k: _copy_arg(v) for k, v in call.kwargs.items()}
+    w = None
     if watch:
         from .opwatch import OpWatch
 
         w = OpWatch(**watch)
-        with w:
-            out = call_once(fn, call, time_limit)
+    out = _call(fn, args, kwargs, time_limit, w)
+    if w is not None:
         out.seen, out.largest = list(w.seen), int(w.largest)
-        return out
-    args = tuple(_copy_arg(a) for a in call.args)
-    kwargs = {k: _copy_arg(v) for k, v in call.kwargs.items()}
+    return out
+
+
+def _call(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], time_limit: float | None, w: Any) -> Outcome:
+    """One call, watched by ``w`` (an :class:`~.opwatch.OpWatch` or None) while ``fn`` runs:
+    copying the inputs and the result is not part of what the watch sees."""
     use_alarm = (
         time_limit is not None
         and threading.current_thread() is threading.main_thread()
@@ -330,7 +338,11 @@ def call_once(
         assert time_limit is not None  # use_alarm needs one
         signal.setitimer(signal.ITIMER_REAL, time_limit)
     try:
-        value = fn(*args, **kwargs)
+        if w is not None:
+            with w:
+                value = fn(*args, **kwargs)
+        else:
+            value = fn(*args, **kwargs)
         return Outcome("ok", to_plain(value))
     except _CallTimeout:
         return Outcome("timeout", message=f"took longer than {time_limit:g} s")
@@ -720,6 +732,11 @@ ERROR_HINTS: tuple[tuple[str, str], ...] = (
     (
         "view size is not compatible with input tensor",
         "`.view` needs contiguous memory, which a transpose breaks: use `.reshape`, or `.contiguous()` first",
+    ),
+    (
+        "Sizes of tensors must match except in dimension",
+        "`torch.cat` joins tensors along one dim and every other dim must match: check the dim you "
+        "concatenate on (the one that grows, e.g. the time axis -2 of a (N, H, t, D) cache)",
     ),
     ("Dimension out of range", "a dim index beyond the tensor's number of dims: count dims from the end (-1, -2)"),
     ("only supports boolean masks", "`masked_fill` needs a bool mask (True = may attend); do not convert it"),
