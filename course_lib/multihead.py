@@ -129,10 +129,12 @@ def multi_head_attention(
         W_q, W_k, W_v: input projections (``x @ W``).
         W_o: output projection applied to the concatenated heads.
         num_heads: H; must divide E.
-        mask: boolean, ``True`` = may attend. A key-padding mask (N, S) goes in as
-            ``mask[:, None, None, :]``; a causal mask (L, S) as is. A query whose keys are
-            all masked gets zero weights in every head and the output ``b_o`` (zero
-            without biases).
+        mask: boolean, ``True`` = may attend. The caller shapes it: a key-padding mask
+            ``keep`` (N, S) is passed as ``keep[:, None, None, :]``, (N, 1, 1, S), and a
+            causal mask (L, S) as it is; this function only checks that it broadcasts to
+            (N, H, L, S) and passes it on unchanged to ``scaled_dot_product_attention``.
+            A query whose keys are all masked gets zero weights in every head and the
+            output ``b_o`` (zero without biases).
         b_q, b_k, b_v, b_o: optional biases (keyword only; the graded form has none).
         dropout_p: dropout on the attention weights (training only).
 
