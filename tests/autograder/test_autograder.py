@@ -231,8 +231,9 @@ def attacks(tmp: Path) -> dict[str, tuple[bytes, bytes | None]]:
                 "    L, S = q.shape[-2], k.shape[-2]\n"
                 "    w = torch.ones(*q.shape[:-2], L, S) / S\n"
                 "    return torch.zeros(*q.shape[:-1], v.shape[-1]), w\n\n"
-                "def self_attention(x, W_q, W_k, W_v, mask=None):\n"
-                "    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)",
+                "def self_attention(x, W_q, W_k, W_v, mask=None):\n"  # not a composition: uniform too
+                "    T = x.shape[-2]\n"
+                "    return torch.zeros(*x.shape[:-1], W_v.shape[-1]), torch.ones(*x.shape[:-1], T) / T",
             ),
             nothing,
         ),
@@ -500,7 +501,8 @@ def test_forbidden_calls_are_found_however_they_are_hidden(graded):
     assert any(
         "code cell 2 (counting code cells only): SyntaxError" in m for m in rows["unparsable_cell_first"]["messages"]
     )
-    assert rows["cheat_softmax_honest_rest"]["score"] == 22  # the honest functions keep their points
+    honest = sum(exercise(n).max_score for n in ("scaled_dot_product_attention", "self_attention"))
+    assert rows["cheat_softmax_honest_rest"]["score"] == honest  # the honest functions keep their points
 
 
 def test_forged_results_hold_the_submission_for_review_and_earn_nothing(graded):
