@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from ..grading.core import composition_lines, mistake_lines
+from ..grading.feedback import composition_lines, mistake_lines
 from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
 from .text import csv_cell, markdown_escape, valid_utf8

@@ -7,7 +7,7 @@ may not use.
 
 Running a student's function is kept apart from judging it: :func:`run_calls` turns calls
 into :class:`Outcome` objects (plain tensors, or an error message), and :func:`judge` turns
-outcomes into a :class:`Report`. In a notebook both happen in one process
+outcomes into a :class:`Report` (its wording: :mod:`.feedback`). In a notebook both happen in one process
 (:func:`course_lib.grading.check`); the autograder runs the calls in a sandbox and judges
 the arrays that come back, so student objects never reach the judge.
 """
@@ -15,11 +15,7 @@ the arrays that come back, so student objects never reach the judge.
 from __future__ import annotations
 
 import html
-import inspect
-import linecache
 import math
-import os
-import re
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -29,6 +25,14 @@ from typing import Any, Literal, get_args
 import torch
 
 from .._checks import shape_str
+from .feedback import (
+    composition_lines,
+    describe_exception,
+    error_feedback,
+    internal_feedback,
+    mistake_lines,
+    mistakes_of,
+)
 
 __all__ = [
     "Call",
@@ -363,40 +367,11 @@ def _call(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], time_limi
             signal.signal(signal.SIGALRM, old)
 
 
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(p) + os.sep
-    for p in (torch.__file__, os.path.dirname(__file__), os.__file__)  # torch, course_lib, the stdlib
-)
-
-
-def describe_exception(e: BaseException) -> str:
-    """``raised TYPE: MESSAGE``, and the line of the student's own code that raised it (the
-    innermost frame outside torch, course_lib and the standard library)."""
-    text = f"raised {type(e).__name__}: {_short(str(e))}"
-    where = None
-    tb = e.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_LIBRARY_DIRS) or filename.startswith("<"):
-            where = (filename, tb.tb_lineno)
-        tb = tb.tb_next
-    if where is not None:
-        line = linecache.getline(*where).strip()
-        if line:
-            text += f", in your line `{_short(line, 160)}`"
-    return text
-
-
 def run_calls(fn: Callable[..., Any], exercise: Exercise, seed: int | None = None) -> list[list[Outcome]]:
     """Run every call of every case of ``exercise`` on ``fn``, in this process, watching
     for the torch calls the exercise forbids."""
     watch = exercise.watch()
     return [[call_once(fn, c, watch=watch) for c in case.calls] for case in exercise.cases(seed)]
-
-
-def _short(msg: str, limit: int = 300) -> str:
-    msg = " ".join(msg.split())
-    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
 
 
 def _with_article(noun: str) -> str:
@@ -500,27 +475,6 @@ class Composition:
     score: float
     status: str
     failed: list[str]
-
-
-def mistakes_of(results: Sequence[Any]) -> list[tuple[str, list[str]]]:
-    """Each distinct named mistake, with the names of the tests it explains, in the order first
-    seen. ``results`` are :class:`TestResult` objects or their dicts (gradebook records; older
-    records have only ``diagnosis``)."""
-    found: dict[str, list[str]] = {}
-    for r in results:
-        d = r if isinstance(r, dict) else asdict(r)
-        for message in d.get("diagnoses") or ([d["diagnosis"]] if d.get("diagnosis") else []):
-            found.setdefault(message, []).append(d["name"])
-    return list(found.items())
-
-
-def mistake_lines(results: Sequence[Any]) -> list[str]:
-    """``Likely mistake (tests a, b): message``: each named mistake once, with its tests."""
-    lines = []
-    for message, tests in mistakes_of(results):
-        which = ", ".join(f"'{t}'" for t in tests)
-        lines.append(f"Likely mistake ({'test' if len(tests) == 1 else 'tests'} {which}): {message}")
-    return lines
 
 
 @dataclass
@@ -640,21 +594,6 @@ class Report:
         return "".join(out)
 
 
-def composition_lines(function: str, comp: Composition | dict | None, max_score: float) -> list[str]:
-    """The feedback on a function graded with references standing in for its graded callees."""
-    if comp is None:
-        return []
-    c = comp if isinstance(comp, dict) else asdict(comp)
-    callees = " and ".join(c["callees"])
-    own = f"With your own {callees}, {function} scores {_format_points(c['score'])}/{_format_points(max_score)}"
-    if c["failed"]:
-        own += f" (failing {', '.join(repr(t) for t in c['failed'])})"
-    return [
-        f"{own}. The score above was measured with the reference {callees} in its place: "
-        f"a mistake in {callees} costs points once, in {callees}'s own tests."
-    ]
-
-
 def _format_points(x: float) -> str:
     return f"{x:g}"
 
@@ -704,109 +643,6 @@ def _diagnose(
             if same:
                 found.setdefault(i, []).append(run.mistake.message)
     return found
-
-
-#: Hints for the errors students' shape bugs raise, keyed by a phrase of the error message.
-ERROR_HINTS: tuple[tuple[str, str], ...] = (
-    (
-        "on tensors of dimension other than 2",
-        "`.T` reverses every dim of a tensor that is not 2-D: to swap the last two dims of a batch, "
-        "use `k.transpose(-2, -1)`",
-    ),
-    (
-        "must match the size of tensor b",
-        "two tensors do not broadcast: compare their shapes on that line (dims are aligned from the "
-        "right). A reduction without `keepdim=True` drops its dim, and a mask must broadcast to the "
-        "scores' shape as given, without being reshaped inside the function",
-    ),
-    (
-        "cannot be multiplied",
-        "a matrix product of incompatible shapes: the last dim of the left factor must equal the "
-        "second-to-last dim of the right one",
-    ),
-    (
-        "is invalid for input of size",
-        "a view or reshape asks for a different number of elements than the tensor has: compute the "
-        "sizes from the input's own shape",
-    ),
-    (
-        "view size is not compatible with input tensor",
-        "`.view` needs contiguous memory, which a transpose breaks: use `.reshape`, or `.contiguous()` first",
-    ),
-    (
-        "Sizes of tensors must match except in dimension",
-        "`torch.cat` joins tensors along one dim and every other dim must match: check the dim you "
-        "concatenate on (the one that grows, e.g. the time axis -2 of a (N, H, t, D) cache)",
-    ),
-    ("Dimension out of range", "a dim index beyond the tensor's number of dims: count dims from the end (-1, -2)"),
-    ("only supports boolean masks", "`masked_fill` needs a bool mask (True = may attend); do not convert it"),
-    ("expected a value of type", "an argument has the wrong type for that torch call"),
-)
-
-
-def error_hint(message: str) -> str:
-    """The hint for a student's error message, or ``""``."""
-    for phrase, hint in ERROR_HINTS:
-        if phrase in message:
-            return hint
-    return ""
-
-
-def _describe_value(v: Any) -> str:
-    if isinstance(v, torch.Tensor):
-        dtype = str(v.dtype).removeprefix("torch.")
-        return f"{shape_str(v)} {dtype}"
-    if isinstance(v, (tuple, list)):
-        return "(" + ", ".join(_describe_value(x) for x in v) + ")"
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return repr(v) if not isinstance(v, float) else "a float"
-    return type(v).__name__
-
-
-def describe_inputs(reference: Callable[..., Any], call: Call) -> str:
-    """The shapes and dtypes of a call's inputs, named as the reference names its parameters
-    (values are never shown: they are hidden inputs)."""
-    try:
-        params = list(inspect.signature(reference).parameters)
-    except (TypeError, ValueError):
-        params = []
-    parts = []
-    for i, a in enumerate(call.args):
-        name = params[i] if i < len(params) else f"argument {i}"
-        parts.append(f"{name} {_describe_value(a)}")
-    parts += [f"{k}={_describe_value(v)}" for k, v in call.kwargs.items()]
-    return ", ".join(parts)
-
-
-def _error_feedback(exercise: Exercise, call: Call, outcome: Outcome, said: dict[str, str], test: str) -> str:
-    """An error's feedback: the message with the student's line, the inputs' shapes and a hint;
-    an error already shown on an earlier test of the function is referred to, not repeated."""
-    message = outcome.message
-    if outcome.status != "error":
-        return message
-    inputs = f"Inputs of this test: {describe_inputs(exercise.reference, call)}"
-    kind = re.sub(r"\d+", "#", message)  # the same error with other sizes is the same error
-    if kind in said:
-        return f"{message}. {inputs} (the same error as test '{said[kind]}')"
-    said[kind] = test
-    hint = error_hint(message)
-    return f"{message}. {inputs}. Hint: {hint}" if hint else f"{message}. {inputs}"
-
-
-def _structure(v: Any) -> str:
-    if isinstance(v, torch.Tensor):
-        return f"a tensor of shape {shape_str(v)}"
-    if isinstance(v, tuple):
-        return f"a tuple of {len(v)}"
-    return _with_article(type(v).__name__)
-
-
-def _internal_feedback(actual: Sequence[Any], expected: Sequence[Any]) -> str:
-    """What to say when judging itself failed on odd outputs: never the internal error."""
-    for a, e in zip(actual, expected, strict=False):
-        if _structure(a) != _structure(e):
-            return f"the output could not be checked: it is {_structure(a)}, expected {_structure(e)}"
-    return "the output could not be checked: it does not have the structure of the expected output"
 
 
 PROPERTY_GATE = (
@@ -862,7 +698,7 @@ def judge(
             all_not_implemented = False
         if problem is not None:
             call = case.calls[list(outs).index(problem)]
-            said = _error_feedback(exercise, call, problem, errors_said, case.name)
+            said = error_feedback(exercise.reference, call, problem, errors_said, case.name)
             results.append(TestResult(case.name, case.checks, 0.0, case.points, False, said))
             continue
         actual = [o.value for o in outs]
@@ -870,7 +706,7 @@ def judge(
         try:
             feedback = (case.judge or _default_judge(case, names))(case.calls, actual, exp)
         except Exception:  # noqa: BLE001 - odd outputs must not crash the judge, nor show its internals
-            feedback = _internal_feedback(actual, exp)
+            feedback = internal_feedback(actual, exp)
         if feedback is None:
             over = _over_limit(exercise, case, outs)
             if over:

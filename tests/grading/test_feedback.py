@@ -13,7 +13,8 @@ from conftest import assert_diagnosed
 
 import course_lib
 from course_lib.grading import check, exercise, judge, run_calls
-from course_lib.grading.core import Call, error_hint, mistakes_of
+from course_lib.grading.core import Call
+from course_lib.grading.feedback import error_hint, mistakes_of
 from course_lib.grading.forbidden import NotebookScan, violations_in_function
 
 # -- forbidden calls that hide (part 3) ------------------------------------------------------
@@ -188,7 +189,7 @@ def test_a_report_round_trips_with_its_diagnoses():
 
 
 def test_the_call_object_is_what_describes_inputs():
-    from course_lib.grading.core import describe_inputs
+    from course_lib.grading.feedback import describe_inputs
 
     text = describe_inputs(course_lib.scaled_dot_product_attention, Call((torch.zeros(2, 3, 4),), {"mask": None}))
     assert text == "q (2, 3, 4) float32, mask=None"
