@@ -836,3 +836,24 @@ def test_nothing_of_one_submission_reaches_the_next_in_memory_keyrings_or_files(
     assert regions > 0 and own >= 1  # the scan reads memory and finds what is there
     found = bytes(blob.tolist()).decode()
     assert secret not in found and key_seen == 0 and files == 0
+
+
+def test_figures_are_built_but_never_laid_out_drawn_or_saved_and_definitions_in_plotting_cells_count(runner):
+    cell = (
+        "import os\n"
+        "import matplotlib.pyplot as plt\n"
+        "fig, ax = plt.subplots()\n"
+        "ax.plot([0, 1], [1, 0])\n"
+        "ax.set_title('$x^2$')\n"
+        "fig.tight_layout()\n"
+        "fig.canvas.draw()\n"
+        f"path = os.path.join({SCRATCH!r}, 'figure.png')\n"
+        "fig.savefig(path)\n"
+        "plt.show()\n"
+        "def what_happened():\n"
+        "    return (len(ax.lines), os.path.exists(path))\n"
+    )
+    res = run(runner, [cell], {"what_happened": [Call()]})
+    assert res.cell_errors == [] and res.status == "ok", (res.cell_errors, res.message)
+    (out,) = res.outcomes["what_happened"]
+    assert out.status == "ok" and out.value == (1, False)  # the line was drawn on the axes; no file was written
