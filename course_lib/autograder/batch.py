@@ -3,18 +3,27 @@
 Submissions are graded in parallel, one sandbox runner per job; each result is committed
 on its own, so a grader stopped at any point resumes where it was: a rerun skips notebooks
 already graded with the same content and the same checks, and regrades changed ones.
+
+Deadlines: a late penalty is stored per assignment in the gradebook (set by a run with a
+deadline, kept by later runs) and applied to the stored raw score whenever a run saves or
+skips a submission, so a rerun with another deadline or rate updates every penalty without
+running a notebook again (:func:`apply_late`).
 """
 
 from __future__ import annotations
 
+import csv
+import math
 import os
 import queue
+import re
 import stat
 import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,7 +33,17 @@ from .gradebook import Gradebook
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
 from .text import student_message
 
-__all__ = ["Submission", "discover", "grade_all", "read_submission", "student_id", "Summary"]
+__all__ = [
+    "Submission",
+    "discover",
+    "grade_all",
+    "read_submission",
+    "student_id",
+    "Summary",
+    "LatePolicy",
+    "apply_late",
+    "read_timestamps",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,116 @@ def read_submission(path: Path) -> bytes:
         return f.read(MAX_NOTEBOOK_BYTES + 1)
 
 
+# -- deadlines -------------------------------------------------------------------------------
+
+_PENALTY = re.compile(r"(\d+(?:\.\d+)?)%/day(?:,max=(\d+(?:\.\d+)?)%)?")
+PENALTY_FORM = "RATE%/day or RATE%/day,max=CAP% (e.g. 10%/day,max=50%)"
+
+
+def parse_time(text: str, what: str) -> datetime:
+    """An ISO 8601 time with its timezone (``2026-11-23T23:59:00+01:00`` or ``...Z``).
+
+    Raises:
+        ValueError: not ISO 8601, or without a timezone (a deadline must not depend on the
+            grader's clock settings); the message names ``what``.
+    """
+    try:
+        t = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{what}: expected an ISO 8601 time with a timezone, e.g. 2026-11-23T23:59:00+01:00, got {text!r}"
+        ) from None
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise ValueError(f"{what}: {text!r} has no timezone; add one, e.g. {text.strip()}+00:00 or Z")
+    return t
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    """A deadline and its penalty: ``rate`` of the raw score per started day after the deadline,
+    at most ``cap`` (fractions: 0.1 is 10%)."""
+
+    deadline: datetime
+    rate: float
+    cap: float = 1.0
+
+    @classmethod
+    def parse(cls, deadline: str, penalty: str) -> LatePolicy:
+        """From ``--deadline`` and ``--late-penalty`` (:data:`PENALTY_FORM`); a ValueError names the
+        argument that is wrong and the form it expects."""
+        when = parse_time(deadline, "--deadline")
+        m = _PENALTY.fullmatch(penalty.strip().replace(" ", ""))
+        if not m:
+            raise ValueError(f"--late-penalty: expected {PENALTY_FORM}, got {penalty!r}")
+        rate = float(m.group(1)) / 100
+        cap = float(m.group(2)) / 100 if m.group(2) is not None else 1.0
+        if not 0 < rate <= 1 or not 0 < cap <= 1:
+            raise ValueError(f"--late-penalty: the rate and the cap must be between 0% and 100%, got {penalty!r}")
+        return cls(when, rate, cap)
+
+    def describe(self) -> str:
+        cap = "" if self.cap >= 1 else f", at most {self.cap:.0%}"
+        return f"deadline {self.deadline.isoformat()}, {self.rate * 100:g}% per started day late{cap}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"deadline": self.deadline.isoformat(), "rate": self.rate, "cap": self.cap}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LatePolicy:
+        return cls(datetime.fromisoformat(data["deadline"]), float(data["rate"]), float(data["cap"]))
+
+    def days_late(self, submitted: datetime) -> int:
+        """Started days after the deadline: 1 second late is 1 day, 24 h 1 s late is 2."""
+        seconds = (submitted - self.deadline).total_seconds()
+        return 0 if seconds <= 0 else math.ceil(seconds / 86400)
+
+
+def read_timestamps(path: str | Path) -> dict[tuple[str, str], str]:
+    """``(student, assignment) -> ISO time`` from a CSV with the columns ``student``,
+    ``assignment`` and ``submitted_at`` (an ISO 8601 time with a timezone; an LMS download
+    provides them). A ValueError names the file and line of a bad row."""
+    times: dict[tuple[str, str], str] = {}
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        need = {"student", "assignment", "submitted_at"}
+        if not need <= set(reader.fieldnames or ()):
+            raise ValueError(
+                f"--timestamps: {path} needs the columns student, assignment, submitted_at; "
+                f"it has {', '.join(reader.fieldnames or ()) or 'none'}"
+            )
+        for row in reader:
+            where = f"--timestamps: {path} line {reader.line_num}"
+            when = parse_time(row["submitted_at"] or "", where)
+            times[(row["student"].strip(), row["assignment"].strip())] = when.isoformat()
+    return times
+
+
+def apply_late(record: dict[str, Any], policy: LatePolicy | None) -> dict[str, Any]:
+    """``record`` with ``raw_score`` (the checks' points), ``late`` (None when on time, or days,
+    fraction, points, submitted time, the policy) and ``score`` = raw - penalty. Recomputed
+    from ``raw_score`` each time, so a new deadline or rate never compounds an old penalty. A
+    record without ``submitted_at`` is on time."""
+    raw = float(record.get("raw_score", record["score"]))
+    record = {**record, "raw_score": raw, "score": raw, "late": None}
+    submitted = record.get("submitted_at")
+    if policy is None or not submitted:
+        return record
+    days = policy.days_late(datetime.fromisoformat(submitted))
+    if days == 0:
+        return record
+    fraction = min(policy.rate * days, policy.cap)
+    points = round(raw * fraction, 6)
+    record["late"] = {
+        "days": days,
+        "fraction": fraction,
+        "points": points,
+        "submitted": submitted,
+        **policy.to_json(),
+    }
+    record["score"] = raw - points
+    return record
+
+
 @dataclass
 class Summary:
     """What a grading run did: counts, statuses, and the submissions it could not grade."""
@@ -94,6 +223,9 @@ class Summary:
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "student/assignment: reason" (status error)
     peak_mb: float = 0.0
+    deadlines: dict = field(default_factory=dict)  # assignment -> LatePolicy, where one applies
+    late: int = 0  # submissions with a penalty
+    no_time: int = 0  # submissions under a deadline without a submission time (counted on time)
 
     @property
     def failed(self) -> int:
@@ -122,6 +254,13 @@ class Summary:
             lines += [f"  {f}" for f in self.failures[:20]]
             if self.failed > 20:
                 lines.append(f"  ... and {self.failed - 20} more")
+        for slug, policy in sorted(self.deadlines.items()):
+            lines.append(f"{slug}: {policy.describe()}")
+        if self.deadlines:
+            lines.append(
+                f"late: {self.late} submission(s) with a penalty; {self.no_time} without a submission "
+                "time, counted as on time"
+            )
         lines.append(f"grader peak memory: {self.peak_mb:.0f} MB")
         return "\n".join(lines)
 
@@ -155,8 +294,17 @@ def grade_all(
     out: TextIO = sys.stdout,
     limits: Any = None,
     seed: int | None = None,
+    late: LatePolicy | None = None,
+    no_deadline: bool = False,
+    timestamps: dict[tuple[str, str], str] | None = None,
 ) -> Summary:
     """Grade every submission under ``submissions`` into the gradebook ``db``.
+
+    ``late`` becomes the stored late penalty of every assignment in ``assignments`` (default:
+    all), ``no_deadline`` removes theirs; otherwise the stored ones apply. ``timestamps``
+    (``(student, assignment) -> ISO time``, :func:`read_timestamps`) are the submission times;
+    a skipped submission missing from them keeps its stored time, any other one has none and
+    is on time. Every saved or skipped record gets its penalty anew from its raw score.
 
     Nothing one submission does stops the batch: every failure on a submission's path (reading,
     parsing, the sandbox, judging, saving) becomes a recorded outcome with its reason, and the
@@ -172,11 +320,27 @@ def grade_all(
     checker = checker_version()
     summary = Summary(notes=notes, seed=seed)
     book = Gradebook(db)
+    for slug in assignments or tuple(ASSIGNMENTS):
+        if late is not None or no_deadline:
+            book.set_deadline(slug, None if late is None else late.to_json())
+    summary.deadlines = {a: LatePolicy.from_json(p) for a, p in book.deadlines().items()}
+    times = timestamps or {}
+
+    def stamp(sub: Submission, record: dict, previous: str | None = None) -> dict:
+        """The record with its submission time and late penalty (counted in the summary)."""
+        record = {**record, "submitted_at": times.get((sub.student, sub.assignment), previous)}
+        record = apply_late(record, summary.deadlines.get(sub.assignment))
+        if sub.assignment in summary.deadlines:
+            summary.late += record["late"] is not None
+            summary.no_time += not record["submitted_at"]
+        return record
+
     lock = threading.Lock()
     todo: queue.Queue[tuple[Submission, bytes, str]] = queue.Queue()
 
     def save(sub: Submission, record: dict, seconds: float) -> None:
         """Store a record; if that fails, store the failure; count either way."""
+        record = stamp(sub, record)
         try:
             book.save(sub.student, record, checker, seconds)
         except Exception as e:  # noqa: BLE001 - a record the gradebook refuses must not stop the batch
@@ -205,6 +369,10 @@ def grade_all(
         digest = sha256(data)
         if not force and book.is_current(sub.student, sub.assignment, digest, checker):
             summary.skipped += 1
+            old = book.record(sub.student, sub.assignment) or {}
+            new = stamp(sub, old, old.get("submitted_at"))
+            if new != old:  # another deadline, rate or time: the penalty changes, the grading does not
+                book.update_record(sub.student, new)
         else:
             todo.put((sub, data, digest))
     total = todo.qsize()

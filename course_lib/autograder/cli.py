@@ -3,7 +3,7 @@
 assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
 grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
 check     grade one notebook locally, in the sandbox, and print the feedback
-export    write the gradebook as a CSV or as Gradescope results.json files
+export    write the gradebook as a CSV, a Canvas gradebook import, a wide table, or Gradescope results.json files
 feedback  write a feedback report per student (Markdown or HTML)
 """
 
@@ -34,6 +34,26 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _late_options(args: argparse.Namespace):
+    """The run's late policy and submission times from ``--deadline``, ``--late-penalty``,
+    ``--no-deadline`` and ``--timestamps`` (a ValueError names the argument at fault)."""
+    from .batch import LatePolicy, read_timestamps
+
+    if args.no_deadline and (args.deadline or args.late_penalty):
+        raise ValueError("--no-deadline: cannot be combined with --deadline or --late-penalty")
+    if (args.deadline is None) != (args.late_penalty is None):
+        missing = "--late-penalty" if args.late_penalty is None else "--deadline"
+        raise ValueError(f"{missing}: --deadline and --late-penalty go together (e.g. --late-penalty 10%/day)")
+    policy = LatePolicy.parse(args.deadline, args.late_penalty) if args.deadline is not None else None
+    times = None
+    if args.timestamps is not None:
+        try:
+            times = read_timestamps(args.timestamps)
+        except OSError as err:
+            raise ValueError(f"--timestamps: cannot read {args.timestamps} ({err.strerror or err})") from None
+    return policy, times
+
+
 def _cmd_grade(args: argparse.Namespace) -> int:
     from .batch import grade_all
     from .sandbox import Limits, SandboxUnavailable
@@ -41,6 +61,11 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     limits = Limits(
         call_seconds=args.call_seconds, submission_seconds=args.submission_seconds, memory_mb=args.memory_mb
     )
+    try:
+        policy, times = _late_options(args)
+    except ValueError as err:
+        print(f"course-lib grade: {err}", file=sys.stderr)
+        return 2
     try:
         summary = grade_all(
             args.submissions,
@@ -52,6 +77,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             seed=args.seed,
             limits=limits,
+            late=policy,
+            no_deadline=args.no_deadline,
+            timestamps=times,
         )
     except (FileNotFoundError, SandboxUnavailable, ValueError) as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
@@ -102,11 +130,32 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .exports import export_csv, export_gradescope
+    from .exports import RosterError, export_canvas, export_csv, export_gradescope, export_wide
 
     if not Path(args.db).is_file():
         print(f"course-lib export: no gradebook at {args.db}", file=sys.stderr)
         return 2
+    if args.format == "canvas" and not args.roster:
+        print("course-lib export: --format canvas needs --roster (a Canvas gradebook export)", file=sys.stderr)
+        return 2
+    if args.roster and args.format not in ("canvas", "wide"):
+        print("course-lib export: --roster goes with --format canvas or wide", file=sys.stderr)
+        return 2
+    if args.format in ("canvas", "wide"):
+        try:
+            if args.format == "canvas":
+                n, unknown = export_canvas(args.db, args.out, args.roster)
+            else:
+                n, unknown = export_wide(args.db, args.out, args.roster)
+        except (RosterError, OSError) as err:
+            print(f"course-lib export: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote {n} student row(s) to {args.out}")
+        if unknown:  # information, not an error: the exit status stays 0
+            print(f"{len(unknown)} student(s) with submissions are not in the roster {args.roster}:", file=sys.stderr)
+            for student in unknown:
+                print(f"  {student}", file=sys.stderr)
+        return 0
     if args.format == "csv":
         n = export_csv(args.db, args.out)
         print(f"wrote {n} row(s) to {args.out}")
@@ -174,16 +223,50 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         default=1024,
         help="memory for all of a submission's processes together (default: 1024)",
     )
+    p.add_argument(
+        "--deadline",
+        default=None,
+        help="ISO 8601 time with a timezone (2026-11-23T23:59:00+01:00); with --late-penalty, stored in the "
+        "gradebook for the assignments of this run and kept by later runs",
+    )
+    p.add_argument(
+        "--late-penalty",
+        default=None,
+        metavar="RATE%/day[,max=CAP%]",
+        help="penalty per started day after the deadline, a fraction of the raw score, at most CAP "
+        "(default 100%%), e.g. 10%%/day,max=50%%; a rerun with other values updates the penalties "
+        "without regrading",
+    )
+    p.add_argument("--no-deadline", action="store_true", help="remove the stored deadline of this run's assignments")
+    p.add_argument(
+        "--timestamps",
+        default=None,
+        help="CSV with columns student, assignment, submitted_at (ISO time with a timezone); a submission "
+        "without a time is on time (the summary counts them)",
+    )
     p.set_defaults(func=_cmd_grade)
     p = sub.add_parser("check", help="grade one notebook locally and print the feedback")
     p.add_argument("notebook")
     p.add_argument("--assignment", default=None, help="default: from the file name, e.g. 02_self_attention")
     p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=sandbox_help)
     p.set_defaults(func=_cmd_check)
-    p = sub.add_parser("export", help="write the gradebook as CSV or Gradescope results.json files")
+    p = sub.add_parser(
+        "export",
+        help="write the gradebook as a CSV, a Canvas gradebook import, a wide table or Gradescope results.json",
+        description="csv: one row per student and assignment (raw score, late days, penalty, points per "
+        "function); canvas: a file for Canvas's gradebook import, one row per student of --roster; wide: one "
+        "row per student, one column per assignment; gradescope: OUT/<student>/<assignment>/results.json. "
+        "Students with submissions who are not in the roster are listed on stderr (exit status 0).",
+    )
     p.add_argument("--db", default="gradebook.sqlite")
-    p.add_argument("--format", choices=("csv", "gradescope"), default="csv")
+    p.add_argument("--format", choices=("csv", "canvas", "wide", "gradescope"), default="csv")
     p.add_argument("--out", required=True, help="CSV file, or folder for Gradescope results")
+    p.add_argument(
+        "--roster",
+        default=None,
+        help="canvas (required) or wide (optional): a Canvas gradebook export, or any CSV with a 'SIS Login "
+        "ID', 'login' or 'student' column; students are matched by that login",
+    )
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("feedback", help="write a feedback report per student")
     p.add_argument("--db", default="gradebook.sqlite")

@@ -1,4 +1,9 @@
-"""Out of the gradebook: a CSV for the LMS, Gradescope ``results.json`` files, feedback reports.
+"""Out of the gradebook: a CSV, a Canvas gradebook import, a wide table, Gradescope
+``results.json`` files, feedback reports.
+
+A late submission's record keeps its raw score, the penalty and the final score (``score``);
+the CSV, Gradescope's output text and the feedback show all three, Canvas and the wide table
+the final score.
 
 Feedback and exports carry what the checks say (test titles, feedback sentences, likely
 mistakes) and never the hidden inputs: no test case stores its input values in a record, and
@@ -22,7 +27,22 @@ from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
 from .text import csv_cell, markdown_escape, valid_utf8
 
-__all__ = ["export_csv", "export_gradescope", "write_feedback", "file_stem"]
+__all__ = [
+    "export_csv",
+    "export_canvas",
+    "export_wide",
+    "export_gradescope",
+    "write_feedback",
+    "file_stem",
+    "read_roster",
+    "RosterError",
+    "late_line",
+]
+
+#: The identity columns of a Canvas gradebook export, in its order.
+CANVAS_IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+#: The label of the second row of a Canvas gradebook export (the points per assignment).
+POINTS_POSSIBLE = "    Points Possible"
 
 
 def file_stem(student: str) -> str:
@@ -34,10 +54,24 @@ def file_stem(student: str) -> str:
     return f"{readable}-{digest}"
 
 
+def late_line(rec: dict) -> str | None:
+    """A late record's raw score, penalty and final score in one sentence (None when on time)."""
+    late = rec.get("late")
+    if not late:
+        return None
+    return (
+        f"Late: submitted {late['submitted']}, {late['days']} started day(s) after the deadline "
+        f"{late['deadline']}; penalty {late['fraction'] * 100:g}% = {late['points']:g} point(s). "
+        f"Raw score {rec['raw_score']:g}, final score {rec['score']:g} / {rec['max_score']:g}."
+    )
+
+
 def export_csv(db: str | Path, out: str | Path) -> int:
-    """One row per student and assignment: student, assignment, score, max_score, status,
-    flags (forbidden calls, tampering, use of the reference; ``|``-separated), seed, then the
-    points of every graded function (empty where the assignment does not grade it).
+    """One row per student and assignment: student, assignment, score (final, after any late
+    penalty), max_score, status, flags (forbidden calls, tampering, use of the reference;
+    ``|``-separated), seed, raw_score (before the penalty), late_days and penalty (points; both
+    empty when on time), then the points of every graded function (empty where the assignment
+    does not grade it).
 
     Returns the number of rows written.
     """
@@ -46,10 +80,25 @@ def export_csv(db: str | Path, out: str | Path) -> int:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with Gradebook(db) as book, open(out, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["student", "assignment", "score", "max_score", "status", "flags", "seed", *functions])
+        w.writerow(
+            [
+                "student",
+                "assignment",
+                "score",
+                "max_score",
+                "status",
+                "flags",
+                "seed",
+                "raw_score",
+                "late_days",
+                "penalty",
+                *functions,
+            ]
+        )
         for student, rec in book.rows():
             points = {r["function"]: r["score"] for r in rec["functions"]}
             seed = rec.get("seed")
+            late = rec.get("late") or {}
             w.writerow(
                 [
                     csv_cell(student),
@@ -59,11 +108,135 @@ def export_csv(db: str | Path, out: str | Path) -> int:
                     csv_cell(rec["status"]),
                     csv_cell(" | ".join(rec.get("flags", []))),
                     "" if seed is None else str(seed),
+                    f"{rec.get('raw_score', rec['score']):g}",
+                    str(late["days"]) if late else "",
+                    f"{late['points']:g}" if late else "",
                     *(f"{points[fn]:g}" if fn in points else "" for fn in functions),
                 ]
             )
             n += 1
     return n
+
+
+class RosterError(ValueError):
+    """A roster that cannot be read: not CSV, or no column to match students by."""
+
+
+def read_roster(path: str | Path) -> tuple[list[str], str, list[dict[str, str]]]:
+    """A roster's header, the column students are matched by, and its students.
+
+    Accepted: a Canvas gradebook export (matched by ``SIS Login ID``), or any CSV with a
+    ``login`` or else a ``student`` column (case-insensitive). Rows with an empty login are
+    skipped: Canvas's "Points Possible" row, its test student, blank lines.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            header = [h or "" for h in reader.fieldnames or []]
+            rows = list(reader)
+    except UnicodeDecodeError:
+        raise RosterError(f"roster {path} is not UTF-8 text") from None
+    lower = {h.strip().lower(): h for h in header}
+    key = next((lower[k] for k in ("sis login id", "login", "student") if k in lower), None)
+    if key is None:
+        raise RosterError(
+            f"roster {path} has no 'SIS Login ID', 'login' or 'student' column to match students by "
+            f"(its columns: {', '.join(header) or 'none'})"
+        )
+    students = []
+    for row in rows:
+        login = (row.get(key) or "").strip()
+        if login and "Points Possible" not in (row.get(header[0]) or ""):
+            students.append({**{k: (v or "") for k, v in row.items() if isinstance(k, str)}, key: login})
+    return header, key, students
+
+
+def _norm(title: str) -> str:
+    return re.sub(r"[\s_-]+", "_", title.strip().lower())
+
+
+def _assignment_title(slug: str, header: list[str]) -> str:
+    """Canvas's column for ``slug``: the roster's ``TITLE (ID)`` column whose title is the slug
+    (case, spaces and underscores aside), so Canvas updates that assignment; else the slug
+    (Canvas then creates an assignment of that name)."""
+    for column in header:
+        m = re.fullmatch(r"(.*\S)\s*\((\d+)\)", column.strip())
+        if m and _norm(m.group(1)) == _norm(slug):
+            return column
+    return slug
+
+
+def _gradebook_table(db: str | Path) -> tuple[dict[str, dict[str, dict]], dict[str, float]]:
+    """Records per student and assignment, and each graded assignment's points (registry order)."""
+    table: dict[str, dict[str, dict]] = {}
+    points: dict[str, float] = {}
+    with Gradebook(db) as book:
+        for student, rec in book.rows():
+            table.setdefault(student, {})[rec["assignment"]] = rec
+            points.setdefault(rec["assignment"], rec["max_score"])
+    order = [a for a in ASSIGNMENTS if a in points] + sorted(a for a in points if a not in ASSIGNMENTS)
+    return table, {a: points[a] for a in order}
+
+
+def _score(rec: dict | None) -> str:
+    return "" if rec is None else f"{rec['score']:g}"
+
+
+def export_canvas(db: str | Path, out: str | Path, roster: str | Path) -> tuple[int, list[str]]:
+    """A CSV for Canvas's gradebook import: the columns of a Canvas gradebook export
+    (:data:`CANVAS_IDENTITY`, then one column per assignment, titled ``NAME (ID)`` where the
+    roster has that column), Canvas's ``Points Possible`` row, then one row per roster student
+    with their final scores (empty where they have no submission).
+
+    Returns the number of student rows, and the students with submissions who are not in the
+    roster (sorted; nothing of theirs is written).
+    """
+    header, key, students = read_roster(roster)
+    table, points = _gradebook_table(db)
+    titles = [_assignment_title(a, header) for a in points]
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow([csv_cell(c) for c in (*CANVAS_IDENTITY, *titles)])
+        w.writerow([csv_cell(c) for c in (POINTS_POSSIBLE, "", "", "", "", *(f"{p:g}" for p in points.values()))])
+        for row in students:
+            login = row[key]
+            identity = [
+                row.get("Student") or login,
+                row.get("ID", ""),
+                row.get("SIS User ID", ""),
+                row.get("SIS Login ID") or login,
+                row.get("Section", ""),
+            ]
+            recs = table.get(login, {})
+            w.writerow([csv_cell(c) for c in (*identity, *(_score(recs.get(a)) for a in points))])
+    known = {row[key] for row in students}
+    return len(students), sorted(s for s in table if s not in known)
+
+
+def export_wide(db: str | Path, out: str | Path, roster: str | Path | None = None) -> tuple[int, list[str]]:
+    """One row per student, one column per assignment: the final score (after any late
+    penalty). The header carries each assignment's points: ``student``, then
+    ``NAME (max POINTS)``. With a roster, its students in its order (matched by login, the
+    cell empty where they have no submission); without, every student of the gradebook.
+
+    Returns the number of student rows and the students with submissions not in the roster.
+    """
+    table, points = _gradebook_table(db)
+    if roster is not None:
+        _, key, students = read_roster(roster)
+        logins = [row[key] for row in students]
+    else:
+        logins = sorted(table)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow([csv_cell(c) for c in ("student", *(f"{a} (max {p:g})" for a, p in points.items()))])
+        for login in logins:
+            recs = table.get(login, {})
+            w.writerow([csv_cell(c) for c in (login, *(_score(recs.get(a)) for a in points))])
+    known = set(logins)
+    return len(logins), sorted(s for s in table if s not in known)
 
 
 def gradescope_results(rec: dict) -> dict:
@@ -90,9 +263,11 @@ def gradescope_results(rec: dict) -> dict:
                     "visibility": "visible",
                 }
             )
+    late = late_line(rec)
+    output = "\n".join(([late] if late else []) + rec["messages"])
     return {
         "score": rec["score"],
-        "output": "\n".join(rec["messages"]) or f"{rec['assignment']}: {rec['score']:g}/{rec['max_score']:g}",
+        "output": output or f"{rec['assignment']}: {rec['score']:g}/{rec['max_score']:g}",
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,
@@ -118,6 +293,9 @@ def feedback_markdown(student: str, recs: list[dict]) -> str:
     lines = [f"# Feedback for {e(student)}", ""]
     for rec in recs:
         lines += [f"## {e(rec['assignment'])}: {rec['score']:g} / {rec['max_score']:g} points", ""]
+        late = late_line(rec)
+        if late:
+            lines += [f"**{e(late)}**", ""]
         for m in rec["messages"]:
             lines.append(f"> {e(m)}")
         if rec["messages"]:
@@ -149,6 +327,9 @@ def feedback_html(student: str, recs: list[dict]) -> str:
     body = [f"<h1>Feedback for {h(valid_utf8(student))}</h1>"]
     for rec in recs:
         body.append(f"<h2>{h(rec['assignment'])}: {rec['score']:g} / {rec['max_score']:g} points</h2>")
+        late = late_line(rec)
+        if late:
+            body.append(f"<p><b>{h(late)}</b></p>")
         body += [f"<blockquote>{h(m)}</blockquote>" for m in rec["messages"]]
         for fr in rec["functions"]:
             body.append(f"<h3><code>{h(fr['function'])}</code>: {fr['score']:g} / {fr['max_score']:g}</h3>")

@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS results (
 );
 """
 
+#: The late penalty per assignment (:class:`course_lib.autograder.batch.LatePolicy` as JSON).
+_DEADLINES = "CREATE TABLE IF NOT EXISTS deadlines (assignment TEXT PRIMARY KEY, policy TEXT NOT NULL)"
+
 
 class Gradebook:
     """A SQLite gradebook at ``path`` (created if missing)."""
@@ -45,6 +48,7 @@ class Gradebook:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute(_SCHEMA)
+        self.conn.execute(_DEADLINES)
 
     def close(self) -> None:
         self.conn.close()
@@ -93,6 +97,36 @@ class Gradebook:
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+
+    def record(self, student: str, assignment: str) -> dict[str, Any] | None:
+        """The stored record of one submission, or None."""
+        row = self.conn.execute(
+            "SELECT record FROM results WHERE student = ? AND assignment = ?", (valid_utf8(student), assignment)
+        ).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def update_record(self, student: str, record: dict[str, Any]) -> None:
+        """Replace a stored record's score and record (a new late penalty) and nothing else: the
+        notebook's hash, the checker version and the grading time stay those of its grading."""
+        student, record = valid_utf8(student), clean_record(record)
+        self.conn.execute(
+            "UPDATE results SET score = ?, record = ? WHERE student = ? AND assignment = ?",
+            (record["score"], json.dumps(record, sort_keys=True, ensure_ascii=False), student, record["assignment"]),
+        )
+
+    def set_deadline(self, assignment: str, policy: dict[str, Any] | None) -> None:
+        """Store an assignment's late penalty (None removes it)."""
+        if policy is None:
+            self.conn.execute("DELETE FROM deadlines WHERE assignment = ?", (assignment,))
+        else:
+            self.conn.execute(
+                "INSERT INTO deadlines VALUES (?, ?) ON CONFLICT (assignment) DO UPDATE SET policy = excluded.policy",
+                (assignment, json.dumps(policy, sort_keys=True)),
+            )
+
+    def deadlines(self) -> dict[str, dict[str, Any]]:
+        """Every assignment's stored late penalty."""
+        return {a: json.loads(p) for a, p in self.conn.execute("SELECT assignment, policy FROM deadlines")}
 
     def rows(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every graded submission as (student, record), sorted by student and assignment."""
