@@ -255,7 +255,8 @@ class Summary:
             if self.failed > 20:
                 lines.append(f"  ... and {self.failed - 20} more")
         for slug, policy in sorted(self.deadlines.items()):
-            lines.append(f"{slug}: {policy.describe()}")
+            if slug in self.by_assignment:
+                lines.append(f"{slug}: {policy.describe()}")
         if self.deadlines:
             lines.append(
                 f"late: {self.late} submission(s) with a penalty; {self.no_time} without a submission "
@@ -291,7 +292,7 @@ def grade_all(
     force: bool = False,
     assignments: tuple[str, ...] | None = None,
     progress: bool = True,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     limits: Any = None,
     seed: int | None = None,
     late: LatePolicy | None = None,
@@ -312,6 +313,7 @@ def grade_all(
     """
     from .sandbox import Limits, Runner
 
+    out = out or sys.stdout  # looked up at call time (a redirected or captured stdout)
     if jobs < 1:
         raise ValueError(f"grade: jobs must be >= 1, got {jobs}")
     if seed is not None and not isinstance(seed, int):

@@ -1,0 +1,234 @@
+"""LMS exports (Canvas, wide) matched to a roster, and deadlines with a late penalty.
+
+Records are built with the gradebook's API, and grading runs replace the notebook's grading
+with a counted stand-in, so no sandbox starts and the whole file runs in seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from course_lib.autograder import batch
+from course_lib.autograder.autograde import refused_record, sha256
+from course_lib.autograder.batch import LatePolicy, apply_late
+from course_lib.autograder.exports import export_canvas, export_csv, export_gradescope, file_stem, write_feedback
+from course_lib.autograder.gradebook import Gradebook
+from course_lib.cli import main
+
+A = "02_self_attention"  # 34 points
+B = "03_multi_head_attention"  # 39 points
+DEADLINE = "2026-11-23T23:59:00+00:00"
+
+
+def graded(assignment: str, score: float, submitted: str | None = None, policy: LatePolicy | None = None) -> dict:
+    """A graded record of ``score`` points (a refused record's shape, with a score)."""
+    rec = {**refused_record(assignment, "stand-in"), "status": "graded", "score": float(score), "messages": []}
+    return apply_late({**rec, "submitted_at": submitted}, policy)
+
+
+def rows(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+@pytest.fixture
+def book(tmp_path: Path) -> Path:
+    """ann (A on time, B late), carl (not in the roster), =evil (a formula as a login)."""
+    db = tmp_path / "g.sqlite"
+    policy = LatePolicy.parse(DEADLINE, "10%/day")
+    with Gradebook(db) as gb:
+        gb.save("ann", graded(A, 30), "c", 1.0)
+        gb.save("ann", graded(B, 20, "2026-11-25T10:00:00+00:00", policy), "c", 1.0)  # 2 started days: -20%
+        gb.save("carl", graded(A, 34), "c", 1.0)
+        gb.save("=evil", graded(A, 1), "c", 1.0)
+    return db
+
+
+@pytest.fixture
+def roster(tmp_path: Path) -> Path:
+    """A Canvas gradebook export: its header, its Points Possible row, a test student."""
+    path = tmp_path / "roster.csv"
+    path.write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section,02 Self Attention (4242),Current Score\n"
+        "    Points Possible,,,,,34,(read only)\n"
+        '"Doe, Ann",101,S101,ann,Section A,,\n'
+        '"Roe, Bob",102,S102,bob,Section B,,\n'
+        '"=HYPERLINK(""http://x"")",103,S103,=evil,Section B,,\n'
+        '"Student, Test",999,,,,,\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_canvas_export_has_canvas_columns_points_possible_and_scores_by_login(book, roster, tmp_path, capsys):
+    out = tmp_path / "canvas.csv"
+    assert main(["export", "--db", str(book), "--format", "canvas", "--roster", str(roster), "--out", str(out)]) == 0
+    table = rows(out)
+    # Canvas's identity columns; A keeps the roster's title and id, B (not in Canvas) is new
+    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "02 Self Attention (4242)", B]
+    assert table[1] == ["    Points Possible", "", "", "", "", "34", "39"]
+    by_login = {r[3]: r for r in table[2:]}
+    assert list(by_login) == ["ann", "bob", "'=evil"]  # roster order, the test student skipped
+    assert by_login["ann"] == ["Doe, Ann", "101", "S101", "ann", "Section A", "30", "16"]  # B: 20 - 20% late
+    assert by_login["bob"][5:] == ["", ""]  # no submission: empty cells
+    evil = by_login["'=evil"]
+    assert evil[0] == '\'=HYPERLINK("http://x")' and evil[5] == "1"  # every cell through csv_cell
+    captured = capsys.readouterr()
+    assert "1 student(s) with submissions are not in the roster" in captured.err and "  carl" in captured.err
+    assert "carl" not in out.read_text()
+
+
+def test_a_plain_roster_with_a_login_column_and_the_wide_format(book, tmp_path, capsys):
+    plain = tmp_path / "plain.csv"
+    plain.write_text("name,login\nBob,bob\nAnn,ann\n", encoding="utf-8")
+    out = tmp_path / "wide.csv"
+    assert main(["export", "--db", str(book), "--format", "wide", "--roster", str(plain), "--out", str(out)]) == 0
+    assert rows(out) == [["student", f"{A} (max 34)", f"{B} (max 39)"], ["bob", "", ""], ["ann", "30", "16"]]
+    err = capsys.readouterr().err
+    assert "2 student(s) with submissions are not in the roster" in err and "carl" in err and "=evil" in err
+    # without a roster: every student of the gradebook, formulas neutralised
+    assert main(["export", "--db", str(book), "--format", "wide", "--out", str(out)]) == 0
+    assert [r[0] for r in rows(out)[1:]] == ["'=evil", "ann", "carl"]
+    assert "not in the roster" not in capsys.readouterr().err
+
+
+def test_export_refuses_a_canvas_export_without_roster_or_a_roster_without_logins(book, tmp_path, capsys):
+    out = str(tmp_path / "x.csv")
+    assert main(["export", "--db", str(book), "--format", "canvas", "--out", out]) == 2
+    assert "--roster" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,email\nAnn,a@x\n", encoding="utf-8")
+    assert main(["export", "--db", str(book), "--format", "canvas", "--roster", str(bad), "--out", out]) == 2
+    assert "'SIS Login ID', 'login' or 'student'" in capsys.readouterr().err
+
+
+def test_a_late_record_shows_raw_score_penalty_and_final_in_csv_gradescope_and_feedback(book, tmp_path):
+    export_csv(book, tmp_path / "grades.csv")
+    with open(tmp_path / "grades.csv", newline="", encoding="utf-8") as f:
+        table = {(r["student"], r["assignment"]): r for r in csv.DictReader(f)}
+    late, on_time = table[("ann", B)], table[("ann", A)]
+    assert (late["score"], late["raw_score"], late["late_days"], late["penalty"]) == ("16", "20", "2", "4")
+    assert (on_time["score"], on_time["raw_score"], on_time["late_days"], on_time["penalty"]) == ("30", "30", "", "")
+
+    export_gradescope(book, tmp_path / "gs")
+    res = json.loads((tmp_path / "gs" / file_stem("ann") / B / "results.json").read_text())
+    assert res["score"] == 16
+    assert "2 started day(s) after the deadline" in res["output"] and "penalty 20% = 4 point(s)" in res["output"]
+    assert "Raw score 20, final score 16 / 39" in res["output"]
+    res = json.loads((tmp_path / "gs" / file_stem("ann") / A / "results.json").read_text())
+    assert "Late" not in res["output"]
+
+    write_feedback(book, tmp_path / "md", fmt="md")
+    md = (tmp_path / "md" / f"{file_stem('ann')}.md").read_text()
+    section = md.split(f"## {B}".replace("_", "\\_"))[1]
+    first = section.split("\n\n")[1]  # the line under the heading
+    assert first.startswith("**Late: submitted") and "Raw score 20, final score 16 / 39" in first
+    assert md.count("Late:") == 1
+    write_feedback(book, tmp_path / "html", fmt="html")
+    html = (tmp_path / "html" / f"{file_stem('ann')}.html").read_text()
+    assert f"<h2>{B}: 16 / 39 points</h2>\n<p><b>Late: submitted" in html
+
+
+def test_lateness_counts_started_days_and_the_penalty_stops_at_the_cap():
+    policy = LatePolicy.parse("2026-11-23T23:59:00+01:00", "10%/day,max=25%")
+    deadline = datetime.fromisoformat("2026-11-23T23:59:00+01:00")
+    assert policy.days_late(deadline) == 0
+    assert policy.days_late(datetime.fromisoformat("2026-11-23T23:59:01+01:00")) == 1
+    assert policy.days_late(datetime.fromisoformat("2026-11-23T22:59:01+00:00")) == 1  # other timezone, 1 s late
+    assert policy.days_late(datetime.fromisoformat("2026-11-24T23:59:01+01:00")) == 2
+    rec = graded(A, 20, "2026-11-25T23:59:01+01:00", policy)  # 3 days: 30%, capped at 25%
+    assert rec["late"]["days"] == 3 and rec["late"]["fraction"] == 0.25
+    assert (rec["raw_score"], rec["late"]["points"], rec["score"]) == (20, 5, 15)
+    again = apply_late(rec, LatePolicy.parse("2026-11-23T23:59:00+01:00", "1%/day"))  # from raw, not compounded
+    assert again["score"] == pytest.approx(19.4) and again["raw_score"] == 20
+    assert graded(A, 20, None, policy)["late"] is None  # no time: on time
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--deadline", "next friday", "--late-penalty", "10%/day"], "--deadline: expected an ISO 8601 time"),
+        (
+            ["--deadline", "2026-11-23T23:59:00", "--late-penalty", "10%/day"],
+            "--deadline: '2026-11-23T23:59:00' has no timezone",
+        ),
+        (["--deadline", DEADLINE, "--late-penalty", "10%"], "--late-penalty: expected RATE%/day or RATE%/day,max=CAP%"),
+        (["--deadline", DEADLINE, "--late-penalty", "10%/day,max=150%"], "--late-penalty: the rate and the cap"),
+        (["--deadline", DEADLINE], "--late-penalty: --deadline and --late-penalty go together"),
+        (["--late-penalty", "10%/day"], "--deadline: --deadline and --late-penalty go together"),
+        (["--no-deadline", "--deadline", DEADLINE, "--late-penalty", "5%/day"], "--no-deadline: cannot be combined"),
+        (
+            ["--deadline", DEADLINE, "--late-penalty", "5%/day", "--timestamps", "/nonexistent.csv"],
+            "--timestamps: cannot read",
+        ),
+    ],
+)
+def test_deadline_arguments_are_validated_with_the_argument_and_the_expected_form(tmp_path, capsys, args, message):
+    (tmp_path / "subs").mkdir()
+    assert main(["grade", str(tmp_path / "subs"), "--db", str(tmp_path / "g.sqlite"), "--quiet", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "g.sqlite").exists()  # refused before anything is graded
+
+
+def test_a_timestamps_file_with_a_bad_time_names_the_file_and_line(tmp_path, capsys):
+    (tmp_path / "subs").mkdir()
+    stamps = tmp_path / "t.csv"
+    stamps.write_text(f"student,assignment,submitted_at\nann,{A},{DEADLINE}\nbob,{A},yesterday\n", encoding="utf-8")
+    argv = ["grade", str(tmp_path / "subs"), "--db", str(tmp_path / "g.sqlite"), "--quiet"]
+    assert main([*argv, "--deadline", DEADLINE, "--late-penalty", "5%/day", "--timestamps", str(stamps)]) == 2
+    assert f"--timestamps: {stamps} line 3: expected an ISO 8601 time" in capsys.readouterr().err
+
+
+def test_a_rerun_with_another_deadline_changes_the_penalty_without_regrading(tmp_path, monkeypatch, capsys):
+    for student in ("ann", "bob"):
+        (tmp_path / "subs" / student).mkdir(parents=True)
+        (tmp_path / "subs" / student / f"{A}.ipynb").write_bytes(b"{}" + student.encode())
+    stamps = tmp_path / "t.csv"
+    stamps.write_text(f"student,assignment,submitted_at\nann,{A},2026-11-26T12:00:00Z\n", encoding="utf-8")
+    calls = []
+
+    def stand_in(data, assignment, runner, seed=None):  # the notebook's grading, counted
+        calls.append(assignment)
+        return {**refused_record(assignment, "x", sha256(data)), "status": "graded", "score": 30.0}
+
+    monkeypatch.setattr(batch, "grade_submission", stand_in)
+    db = tmp_path / "g.sqlite"
+    argv = ["grade", str(tmp_path / "subs"), "--db", str(db), "--quiet", "--sandbox", "off"]
+
+    def state() -> dict[str, tuple]:
+        with Gradebook(db) as gb:
+            return {
+                s: (score, json.loads(rec)["raw_score"], sha, checker, at)
+                for s, score, rec, sha, checker, at in gb.conn.execute(
+                    "SELECT student, score, record, sha256, checker, graded_at FROM results"
+                )
+            }
+
+    # 2.5 days late -> 3 started days at 10%: 30 - 9
+    assert main([*argv, "--deadline", DEADLINE, "--late-penalty", "10%/day", "--timestamps", str(stamps)]) == 0
+    assert len(calls) == 2
+    first = state()
+    assert first["ann"][:2] == (21, 30) and first["bob"][:2] == (30, 30)
+    assert "late: 1 submission(s) with a penalty; 1 without a submission time, counted as on time" in (
+        capsys.readouterr().out
+    )
+
+    # another deadline and rate, no timestamps file: the stored time is kept; 2 days at 30%, capped at 50%
+    assert main([*argv, "--deadline", "2026-11-25T00:00:00Z", "--late-penalty", "30%/day,max=50%"]) == 0
+    second = state()
+    assert len(calls) == 2  # nothing regraded
+    assert second["ann"][:2] == (15, 30) and second["ann"][2:] == first["ann"][2:]  # same sha, checker, graded_at
+    assert second["bob"] == first["bob"]
+
+    # a plain rerun keeps the stored deadline; --no-deadline removes it
+    main(argv)
+    assert state()["ann"][:2] == (15, 30)
+    main([*argv, "--no-deadline"])
+    assert state()["ann"][:2] == (30, 30) and len(calls) == 2
+    with Gradebook(db) as gb:
+        assert gb.record("ann", A)["late"] is None and gb.deadlines() == {}
