@@ -91,6 +91,72 @@ def baseline(paths: list[Path], assignment: str) -> list[float]:
     return times
 
 
+def _median_seconds(fn, repeat: int = 7) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def where_the_time_goes(assignment: str, sandbox: str) -> None:
+    """Print where one submission's time goes, for the solution and the wrong notebook: the
+    job's start (a forked supervisor and student process, no cells), the notebook's cells
+    (split into plotting cells and the rest), the graded calls (one at a time over the signed
+    channel), and judging in the grading process (comparisons, named mistakes)."""
+    from course_lib.autograder.autograde import grade_submission, make_job
+    from course_lib.autograder.notebook import code_cells
+    from course_lib.autograder.sandbox.runner import Limits, Runner
+    from course_lib.grading.core import judge
+    from course_lib.grading.forbidden import NotebookScan
+    from course_lib.grading.registry import exercises_of
+
+    solution = (ROOT / "solutions" / f"{assignment}.ipynb").read_bytes()
+    wrong = json.loads(solution)
+    wrong["cells"].append(
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": WRONG[assignment]}
+    )
+    exercises = exercises_of(assignment)
+    t0 = time.perf_counter()
+    with Runner(mode=sandbox, limits=Limits()) as runner:
+        runner.run(make_job([], []))
+        start = time.perf_counter() - t0
+        for _ in range(3):  # the first jobs of a fresh worker are slower (pages, caches)
+            grade_submission(solution, assignment, runner)
+        print(
+            f"\nwhere one submission's time goes (one warm runner, median of 7; the runner's own start: {start:.2f} s)"
+        )
+        print(f"{'':24}{'job start':>10}{'plot cells':>11}{'other cells':>12}{'calls':>8}{'judging':>9}{'total':>8}")
+        wrong_name = "wrong " + WRONG[assignment].split("(")[0].removeprefix("def ")
+        for name, data in (("solution", solution), (wrong_name, json.dumps(wrong).encode())):
+            cells = NotebookScan(code_cells(data)).runnable_sources()
+            other = [c if not ("plt." in c or "ax." in c) else "" for c in cells]
+            empty = _median_seconds(lambda: runner.run(make_job([], [])))
+            other_cells = _median_seconds(lambda c=other: runner.run(make_job(c, []))) - empty
+            all_cells = _median_seconds(lambda c=cells: runner.run(make_job(c, []))) - empty
+            job = make_job(cells, exercises)
+            result = runner.run(job)
+            with_calls = _median_seconds(lambda j=job: runner.run(j)) - empty
+            judging = _median_seconds(lambda r=result: [judge(ex, _split(ex, r.outcomes[ex.name])) for ex in exercises])
+            total = _median_seconds(lambda d=data: grade_submission(d, assignment, runner))
+            print(
+                f"{name[:24]:24}{empty:>10.3f}{all_cells - other_cells:>11.3f}{other_cells:>12.3f}"
+                f"{with_calls - all_cells:>8.3f}{judging:>9.3f}{total:>8.3f}"
+            )
+    print(
+        "(plot cells: the cells that use plt or ax, which can hold computations too; total: "
+        "grade_submission, which also reads and scans the notebook and may make a second run of a "
+        "function with references standing in for a failing callee)"
+    )
+
+
+def _split(ex, flat):
+    from course_lib.autograder.autograde import split_outcomes
+
+    return split_outcomes(ex, flat)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/grading.py", description=__doc__.split("\n")[0])
     p.add_argument("--assignment", default="02_self_attention", choices=sorted(WRONG))
@@ -132,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    where_the_time_goes(args.assignment, args.sandbox)
     return 0
 
 
