@@ -7,28 +7,25 @@ already graded with the same content and the same checks, and regrades changed o
 Deadlines: a late penalty is stored per assignment in the gradebook (set by a run with a
 deadline, kept by later runs) and applied to the stored raw score whenever a run saves or
 skips a submission, so a rerun with another deadline or rate updates every penalty without
-running a notebook again (:func:`apply_late`).
+running a notebook again (:mod:`course_lib.autograder.deadlines`).
 """
 
 from __future__ import annotations
 
-import csv
-import math
 import os
 import queue
-import re
 import stat
 import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from ..grading.registry import ASSIGNMENTS, exercises_of
 from .autograde import checker_version, failed_record, grade_submission, refused_record, sha256
+from .deadlines import LatePolicy, apply_late
 from .gradebook import Gradebook
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
 from .text import student_message
@@ -40,9 +37,6 @@ __all__ = [
     "read_submission",
     "student_id",
     "Summary",
-    "LatePolicy",
-    "apply_late",
-    "read_timestamps",
 ]
 
 
@@ -96,116 +90,6 @@ def read_submission(path: Path) -> bytes:
         raise NotebookError(f"{path.name} is {kind}, not a notebook file")
     with open(path, "rb") as f:
         return f.read(MAX_NOTEBOOK_BYTES + 1)
-
-
-# -- deadlines -------------------------------------------------------------------------------
-
-_PENALTY = re.compile(r"(\d+(?:\.\d+)?)%/day(?:,max=(\d+(?:\.\d+)?)%)?")
-PENALTY_FORM = "RATE%/day or RATE%/day,max=CAP% (e.g. 10%/day,max=50%)"
-
-
-def parse_time(text: str, what: str) -> datetime:
-    """An ISO 8601 time with its timezone (``2026-11-23T23:59:00+01:00`` or ``...Z``).
-
-    Raises:
-        ValueError: not ISO 8601, or without a timezone (a deadline must not depend on the
-            grader's clock settings); the message names ``what``.
-    """
-    try:
-        t = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(
-            f"{what}: expected an ISO 8601 time with a timezone, e.g. 2026-11-23T23:59:00+01:00, got {text!r}"
-        ) from None
-    if t.tzinfo is None or t.utcoffset() is None:
-        raise ValueError(f"{what}: {text!r} has no timezone; add one, e.g. {text.strip()}+00:00 or Z")
-    return t
-
-
-@dataclass(frozen=True)
-class LatePolicy:
-    """A deadline and its penalty: ``rate`` of the raw score per started day after the deadline,
-    at most ``cap`` (fractions: 0.1 is 10%)."""
-
-    deadline: datetime
-    rate: float
-    cap: float = 1.0
-
-    @classmethod
-    def parse(cls, deadline: str, penalty: str) -> LatePolicy:
-        """From ``--deadline`` and ``--late-penalty`` (:data:`PENALTY_FORM`); a ValueError names the
-        argument that is wrong and the form it expects."""
-        when = parse_time(deadline, "--deadline")
-        m = _PENALTY.fullmatch(penalty.strip().replace(" ", ""))
-        if not m:
-            raise ValueError(f"--late-penalty: expected {PENALTY_FORM}, got {penalty!r}")
-        rate = float(m.group(1)) / 100
-        cap = float(m.group(2)) / 100 if m.group(2) is not None else 1.0
-        if not 0 < rate <= 1 or not 0 < cap <= 1:
-            raise ValueError(f"--late-penalty: the rate and the cap must be between 0% and 100%, got {penalty!r}")
-        return cls(when, rate, cap)
-
-    def describe(self) -> str:
-        cap = "" if self.cap >= 1 else f", at most {self.cap:.0%}"
-        return f"deadline {self.deadline.isoformat()}, {self.rate * 100:g}% per started day late{cap}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"deadline": self.deadline.isoformat(), "rate": self.rate, "cap": self.cap}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LatePolicy:
-        return cls(datetime.fromisoformat(data["deadline"]), float(data["rate"]), float(data["cap"]))
-
-    def days_late(self, submitted: datetime) -> int:
-        """Started days after the deadline: 1 second late is 1 day, 24 h 1 s late is 2."""
-        seconds = (submitted - self.deadline).total_seconds()
-        return 0 if seconds <= 0 else math.ceil(seconds / 86400)
-
-
-def read_timestamps(path: str | Path) -> dict[tuple[str, str], str]:
-    """``(student, assignment) -> ISO time`` from a CSV with the columns ``student``,
-    ``assignment`` and ``submitted_at`` (an ISO 8601 time with a timezone; an LMS download
-    provides them). A ValueError names the file and line of a bad row."""
-    times: dict[tuple[str, str], str] = {}
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        need = {"student", "assignment", "submitted_at"}
-        if not need <= set(reader.fieldnames or ()):
-            raise ValueError(
-                f"--timestamps: {path} needs the columns student, assignment, submitted_at; "
-                f"it has {', '.join(reader.fieldnames or ()) or 'none'}"
-            )
-        for row in reader:
-            where = f"--timestamps: {path} line {reader.line_num}"
-            when = parse_time(row["submitted_at"] or "", where)
-            times[(row["student"].strip(), row["assignment"].strip())] = when.isoformat()
-    return times
-
-
-def apply_late(record: dict[str, Any], policy: LatePolicy | None) -> dict[str, Any]:
-    """``record`` with ``raw_score`` (the checks' points), ``late`` (None when on time, or days,
-    fraction, points, submitted time, the policy) and ``score`` = raw - penalty. Recomputed
-    from ``raw_score`` each time, so a new deadline or rate never compounds an old penalty. A
-    record without ``submitted_at`` is on time."""
-    raw = float(record.get("raw_score", record["score"]))
-    record = {**record, "raw_score": raw, "score": raw, "late": None}
-    submitted = record.get("submitted_at")
-    if policy is None or not submitted:
-        return record
-    days = policy.days_late(datetime.fromisoformat(submitted))
-    if days == 0:
-        return record
-    fraction = min(policy.rate * days, policy.cap)
-    points = round(raw * fraction, 6)
-    record["late"] = {
-        "days": days,
-        "fraction": fraction,
-        "points": points,
-        "submitted": submitted,
-        **policy.to_json(),
-    }
-    record["score"] = raw - points
-    return record
 
 
 @dataclass
@@ -303,7 +187,7 @@ def grade_all(
 
     ``late`` becomes the stored late penalty of every assignment in ``assignments`` (default:
     all), ``no_deadline`` removes theirs; otherwise the stored ones apply. ``timestamps``
-    (``(student, assignment) -> ISO time``, :func:`read_timestamps`) are the submission times;
+    (``(student, assignment) -> ISO time``, :func:`.deadlines.read_timestamps`) are the submission times;
     a skipped submission missing from them keeps its stored time, any other one has none and
     is on time. Every saved or skipped record gets its penalty anew from its raw score.
 

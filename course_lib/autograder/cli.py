@@ -37,7 +37,7 @@ def _cmd_assign(args: argparse.Namespace) -> int:
 def _late_options(args: argparse.Namespace):
     """The run's late policy and submission times from ``--deadline``, ``--late-penalty``,
     ``--no-deadline`` and ``--timestamps`` (a ValueError names the argument at fault)."""
-    from .batch import LatePolicy, read_timestamps
+    from .deadlines import LatePolicy, read_timestamps
 
     if args.no_deadline and (args.deadline or args.late_penalty):
         raise ValueError("--no-deadline: cannot be combined with --deadline or --late-penalty")

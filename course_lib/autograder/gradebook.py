@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS results (
 );
 """
 
-#: The late penalty per assignment (:class:`course_lib.autograder.batch.LatePolicy` as JSON).
+#: The late penalty per assignment (:class:`course_lib.autograder.deadlines.LatePolicy` as JSON).
 _DEADLINES = "CREATE TABLE IF NOT EXISTS deadlines (assignment TEXT PRIMARY KEY, policy TEXT NOT NULL)"
 
 

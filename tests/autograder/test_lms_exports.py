@@ -15,7 +15,7 @@ import pytest
 
 from course_lib.autograder import batch
 from course_lib.autograder.autograde import refused_record, sha256
-from course_lib.autograder.batch import LatePolicy, apply_late
+from course_lib.autograder.deadlines import LatePolicy, apply_late
 from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.cli import main
