@@ -5,6 +5,8 @@ nothing here is a timed test.
 
 - **This grader**: ``grade_all`` with full isolation (``--sandbox required``) and two jobs,
   into a fresh gradebook.
+- **On a Dask cluster**: the same, through ``--scheduler`` to a local cluster of as many
+  one-thread workers as jobs, on the same cores: the cluster's overhead.
 - **Baseline** (what nbgrader does): each notebook executed top to bottom by a fresh Jupyter
   kernel through nbclient, one notebook at a time, then the same checks run inside that
   kernel. Run on a sample of the same submissions (it is slow); throughputs are compared.
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline-n", type=int, default=12, help="of which the baseline runs (default: 12)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--sandbox", default="required", choices=("auto", "required", "off"))
+    p.add_argument("--no-cluster", action="store_true", help="skip the run on a local Dask cluster")
     args = p.parse_args(argv)
 
     from course_lib.autograder.batch import grade_all
@@ -185,6 +188,26 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary.isolation}: {ours:.1f} s wall ({args.n / ours:.2f} submissions/s), "
             f"{len(rows)} graded, mean score {statistics.mean(scores):.2f}"
         )
+        if not args.no_cluster:
+            from distributed import LocalCluster
+
+            with LocalCluster(
+                n_workers=args.jobs, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster:
+                t0 = time.perf_counter()
+                grade_all(
+                    subs,
+                    tmp / "cluster.sqlite",
+                    sandbox=args.sandbox,
+                    progress=False,
+                    out=sys.stderr,
+                    scheduler=cluster.scheduler_address,
+                )
+                remote = time.perf_counter() - t0
+            print(
+                f"on a local Dask cluster of {args.jobs} one-thread workers: {remote:.1f} s wall "
+                f"({args.n / remote:.2f} submissions/s), {100 * (remote / ours - 1):+.0f}% against local grading"
+            )
         sample = sorted(subs.glob(f"*/{args.assignment}.ipynb"))[: args.baseline_n]
         times = baseline(sample, args.assignment)
         rate = len(times) / sum(times)

@@ -182,6 +182,7 @@ def grade_all(
     late: LatePolicy | None = None,
     no_deadline: bool = False,
     timestamps: dict[tuple[str, str], str] | None = None,
+    scheduler: str | None = None,
 ) -> Summary:
     """Grade every submission under ``submissions`` into the gradebook ``db``.
 
@@ -190,6 +191,9 @@ def grade_all(
     (``(student, assignment) -> ISO time``, :func:`.deadlines.read_timestamps`) are the submission times;
     a skipped submission missing from them keeps its stored time, any other one has none and
     is on time. Every saved or skipped record gets its penalty anew from its raw score.
+
+    With ``scheduler`` (``tcp://HOST:8786``) the notebooks are graded on that Dask cluster's
+    workers (:mod:`course_lib.autograder.cluster`); this process still writes every record.
 
     Nothing one submission does stops the batch: every failure on a submission's path (reading,
     parsing, the sandbox, judging, saving) becomes a recorded outcome with its reason, and the
@@ -274,6 +278,33 @@ def grade_all(
 
         bar = tqdm(total=total, desc="grading", unit="nb", file=sys.stderr, ascii=True)
     start = time.perf_counter()
+    if scheduler is not None and total:
+        try:
+            from .cluster import GraderPlugin, grade_on_cluster
+        except ImportError:
+            raise ValueError("--scheduler needs Dask's distributed: pip install 'course-lib[cluster]'") from None
+
+        def on_cluster_saved(sub: Submission, record: dict, seconds: float) -> None:
+            save(sub, record, seconds)
+            if bar is not None:
+                bar.update(1)
+
+        def cluster_failed(sub: Submission, reason: str, digest: str) -> dict:
+            return failed_record(sub.assignment, reason, digest, summary.isolation, seed)
+
+        try:
+            summary.isolation, summary.memory = grade_on_cluster(
+                scheduler,
+                list(todo.queue),
+                seed,
+                GraderPlugin(sandbox, limits, hide),
+                on_cluster_saved,
+                cluster_failed,
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+        return _finish(summary, book, start, notes, out)
     runners = [
         Runner(mode=sandbox, limits=limits or Limits(), slot=i, hide=hide) for i in range(min(jobs, max(total, 1)))
     ]
@@ -307,6 +338,11 @@ def grade_all(
             r.close()
         if bar is not None:
             bar.close()
+    return _finish(summary, book, start, notes, out)
+
+
+def _finish(summary: Summary, book: Gradebook, start: float, notes: list[str], out: TextIO) -> Summary:
+    """Count the gradebook's records, close it, print the summary."""
     summary.seconds = time.perf_counter() - start
     for _student, record in book.rows():
         summary.by_assignment[record["assignment"]].append((record["score"], record["max_score"]))

@@ -80,8 +80,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
             late=policy,
             no_deadline=args.no_deadline,
             timestamps=times,
+            scheduler=args.scheduler,
         )
-    except (FileNotFoundError, SandboxUnavailable, ValueError) as err:
+    except (FileNotFoundError, SandboxUnavailable, ValueError, OSError) as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
         return 2
     return 1 if summary.failed else 0  # some submissions could not be graded (the summary says why)
@@ -194,6 +195,12 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("submissions", help="folder with one subfolder per student")
     p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
     p.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default: 2)")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="grade on the workers of this Dask scheduler (tcp://HOST:8786; start each worker with "
+        "'dask worker ADDRESS --nthreads 1'); this process still writes the gradebook; --jobs is then unused",
+    )
     p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=sandbox_help)
     p.add_argument("--force", action="store_true", help="regrade everything, even unchanged notebooks")
     p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")

@@ -1,0 +1,136 @@
+"""Grade on a Dask cluster: the same job (notebook bytes -> record) on the workers of a scheduler.
+
+``course-lib grade SUBMISSIONS --scheduler tcp://HOST:8786`` sends each submission to a Dask
+``distributed`` cluster instead of local threads. The submitting process keeps the gradebook:
+it commits each record as its future completes (``as_completed``), so a crash loses only the
+jobs in flight and a rerun skips what was committed, as in local grading.
+
+Each worker grades in the same sandbox as local grading: :class:`GraderPlugin` starts one
+warm :class:`~course_lib.autograder.sandbox.Runner` per worker (its zygote is a separate
+process: student code never runs in the worker's own process) and closes it with the worker.
+Start workers with one thread each, for example::
+
+    dask worker tcp://HOST:8786 --nthreads 1 --nworkers 2
+
+A worker that dies takes its jobs with it; the scheduler gives them to another worker. A job
+that kills workers repeatedly (Dask's ``distributed.scheduler.allowed-failures``, 3 by default)
+comes back as ``KilledWorker``, and its submission is recorded as failed with that reason.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from distributed import WorkerPlugin
+
+__all__ = ["GraderPlugin", "grade_on_worker", "grade_on_cluster", "PLUGIN_NAME"]
+
+PLUGIN_NAME = "course-lib-grader"
+
+
+class GraderPlugin(WorkerPlugin):
+    """A Dask worker plugin: one warm sandbox runner per worker, on a slot no other runner on
+    the host holds (a lock file per slot), closed when the worker closes.
+
+    Args:
+        sandbox: ``auto``, ``required`` or ``off``, as ``course-lib grade --sandbox``.
+        limits: a :class:`~course_lib.autograder.sandbox.Limits`, or None for the defaults.
+        hide: folders the sandbox must not show (the submissions, the gradebook's folder).
+    """
+
+    name = PLUGIN_NAME
+
+    def __init__(self, sandbox: str = "auto", limits: Any = None, hide: Iterable[str] = ()):
+        self.sandbox, self.limits, self.hide = sandbox, limits, list(hide)
+        self.runner: Any = None
+        self._lock: Any = None
+
+    def setup(self, worker: Any) -> None:
+        from .sandbox import Limits, Runner
+
+        slot, self._lock = _claim_slot()
+        self.runner = Runner(mode=self.sandbox, limits=self.limits or Limits(), slot=slot, hide=self.hide)
+
+    def teardown(self, worker: Any) -> None:
+        if self.runner is not None:
+            self.runner.close()
+        if self._lock is not None:
+            self._lock.close()
+
+
+def _claim_slot(first: int = 1000, count: int = 4000) -> tuple[int, Any]:
+    """A runner slot (its uid and cgroup) that no other process on this host holds: the first
+    free one from a start that depends on the process id, held by an exclusive lock file."""
+    folder = os.path.join(tempfile.gettempdir(), "course-lib-slots")
+    os.makedirs(folder, exist_ok=True)
+    start = os.getpid() % count
+    for i in range(count):
+        slot = first + (start + i) % count
+        f = open(os.path.join(folder, f"{slot}.lock"), "w")  # noqa: SIM115 - held open: the lock lives with it
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        return slot, f
+    raise RuntimeError("no free runner slot on this host")
+
+
+def grade_on_worker(data: bytes, assignment: str, seed: int | None) -> tuple[dict[str, Any], float]:
+    """The task: grade one notebook with this worker's runner (see :class:`GraderPlugin`);
+    returns the record and the seconds it took."""
+    from distributed import get_worker
+
+    from .autograde import grade_submission
+
+    plugin: Any = get_worker().plugins[PLUGIN_NAME]
+    t0 = time.perf_counter()
+    record = grade_submission(data, assignment, plugin.runner, seed=seed)
+    return record, time.perf_counter() - t0
+
+
+def grade_on_cluster(
+    scheduler: str,
+    jobs: list[tuple[Any, bytes, str]],
+    seed: int | None,
+    plugin: GraderPlugin,
+    save: Callable[[Any, dict[str, Any], float], None],
+    failed: Callable[[Any, str, str], dict[str, Any]],
+    task: Callable[..., tuple[dict[str, Any], float]] = grade_on_worker,
+) -> tuple[str, str]:
+    """Send ``jobs`` (submission, bytes, digest) to the cluster at ``scheduler`` and ``save``
+    each record as it completes; a job that failed on the cluster (a worker killed it too
+    often, or the task raised) is saved as ``failed(submission, reason, digest)``. Returns the
+    workers' isolation and memory limit, as the first worker reports them. Waits up to two
+    minutes for a first worker."""
+    from distributed import Client, as_completed
+
+    with Client(scheduler, timeout="30s") as client:
+        client.wait_for_workers(1, timeout=120)
+        client.register_plugin(plugin, name=PLUGIN_NAME)
+        info = client.run(_describe_runner)
+        isolation, memory = next(iter(info.values()), ("unknown", "unknown"))
+        futures = {}
+        for sub, data, digest in jobs:
+            future = client.submit(task, data, sub.assignment, seed, pure=False, key=f"grade-{digest[:16]}-{id(sub)}")
+            futures[future] = (sub, digest)
+        for future in as_completed(futures):
+            sub, digest = futures.pop(future)
+            try:
+                record, seconds = future.result()
+            except Exception as e:  # noqa: BLE001 - KilledWorker, a lost worker, the task's own error
+                record = failed(sub, f"the cluster could not grade it ({type(e).__name__}: {e})"[:500], digest)
+                seconds = 0.0
+            save(sub, record, seconds)
+            future.release()
+    return isolation, memory
+
+
+def _describe_runner(dask_worker: Any) -> tuple[str, str]:
+    runner = dask_worker.plugins[PLUGIN_NAME].runner
+    return runner.isolation, runner.memory_limit

@@ -1,0 +1,197 @@
+"""Grading on a Dask cluster: a real ``dask scheduler`` and two ``dask worker`` processes on
+localhost, the same records as local grading, a worker killed mid-batch, and a job that kills
+its workers every time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from course_lib.autograder.batch import Submission, grade_all
+from course_lib.autograder.cluster import GraderPlugin, grade_on_cluster, grade_on_worker
+from course_lib.autograder.gradebook import Gradebook
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+A = "02_self_attention"
+SEED = 20261124
+WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"
+DASK = str(Path(sys.executable).parent / "dask")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A scheduler and ``n`` one-thread workers (each under a nanny, which restarts it when it dies)."""
+
+    def __init__(self, tmp: Path, n: int = 2, allowed_failures: int = 3):
+        self.address = f"tcp://127.0.0.1:{_free_port()}"
+        host, port = self.address[len("tcp://") :].split(":")
+        log = open(tmp / "scheduler.log", "w")  # noqa: SIM115 - closed in close()
+        self.logs = [log]
+        self.procs = [
+            subprocess.Popen(
+                [DASK, "scheduler", "--host", host, "--port", port, "--no-dashboard"],
+                stdout=log,
+                stderr=log,
+                env={**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": str(allowed_failures)},
+            )
+        ]
+        time.sleep(1.0)
+        for i in range(n):
+            wlog = open(tmp / f"worker{i}.log", "w")  # noqa: SIM115
+            self.logs.append(wlog)
+            self.procs.append(
+                subprocess.Popen(
+                    [DASK, "worker", self.address, "--nthreads", "1", "--no-dashboard", "--name", f"w{i}"],
+                    stdout=wlog,
+                    stderr=wlog,
+                )
+            )
+        from distributed import Client
+
+        with Client(self.address, timeout="60s") as c:
+            c.wait_for_workers(n, timeout=120)
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes themselves (the nannies' children)."""
+        from distributed import Client
+
+        with Client(self.address, timeout="30s") as c:
+            return sorted(c.run(os.getpid).values())
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for f in self.logs:
+            f.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("cluster"))
+    yield c
+    c.close()
+
+
+def _class(folder: Path, n: int) -> Path:
+    """``n`` students: the solution, the blank notebook and a wrong softmax, in turn."""
+    solution = json.loads((ROOT / "solutions" / f"{A}.ipynb").read_text(encoding="utf-8"))
+    blank = json.loads((ROOT / "exercises" / f"{A}.ipynb").read_text(encoding="utf-8"))
+    wrong = json.loads(json.dumps(solution))
+    wrong["cells"].append(
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": WRONG_SOFTMAX}
+    )
+    for i in range(n):
+        nb = json.loads(json.dumps([solution, blank, wrong][i % 3]))
+        nb["metadata"]["student"] = i
+        (folder / f"s{i:02d}").mkdir(parents=True)
+        (folder / f"s{i:02d}" / f"{A}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    return folder
+
+
+def _records(db: Path) -> dict[str, dict]:
+    """student -> record, without what depends on where and when it ran."""
+    with Gradebook(db) as book:
+        return {s: {k: v for k, v in r.items() if k not in ("isolation",)} for s, r in book.rows()}
+
+
+def test_the_cluster_gives_the_same_records_as_local_grading_with_fresh_inputs_too(cluster, tmp_path):
+    subs = _class(tmp_path / "subs", 6)
+    for seed in (None, SEED):
+        local, remote = tmp_path / f"local-{seed}.sqlite", tmp_path / f"cluster-{seed}.sqlite"
+        grade_all(subs, local, jobs=2, sandbox="auto", progress=False, seed=seed)
+        summary = grade_all(subs, remote, sandbox="auto", progress=False, seed=seed, scheduler=cluster.address)
+        assert summary.graded == 6 and not summary.failed
+        assert _records(remote) == _records(local)
+        assert {r["seed"] for r in _records(remote).values()} == {seed}
+
+
+def test_a_rerun_on_the_cluster_skips_what_is_committed(cluster, tmp_path):
+    subs = _class(tmp_path / "subs", 3)
+    db = tmp_path / "book.sqlite"
+    grade_all(subs, db, sandbox="auto", progress=False, scheduler=cluster.address)
+    again = grade_all(subs, db, sandbox="auto", progress=False, scheduler=cluster.address)
+    assert again.skipped == 3 and again.graded == 0
+
+
+def test_a_worker_killed_mid_batch_loses_nothing_and_each_submission_is_graded_once(cluster, tmp_path):
+    n = 12
+    subs = _class(tmp_path / "subs", n)
+    db = tmp_path / "book.sqlite"
+    victim = cluster.worker_pids()[0]
+    done: dict = {}
+
+    def run() -> None:
+        done["summary"] = grade_all(subs, db, sandbox="auto", progress=False, scheduler=cluster.address)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill a worker once the first records are in
+        if db.exists():
+            with Gradebook(db) as book:
+                if len(list(book.rows())) >= 2:
+                    break
+        time.sleep(0.2)
+    os.kill(victim, signal.SIGKILL)
+    t.join(timeout=300)
+    assert not t.is_alive()
+    summary = done["summary"]
+    rows = _records(db)
+    assert sorted(rows) == [f"s{i:02d}" for i in range(n)]  # each once
+    assert summary.graded == n and not summary.failed, summary.failures
+    assert all(r["status"] == "graded" for r in rows.values())
+
+
+def test_a_job_that_kills_its_workers_every_time_is_recorded_as_failed_and_the_batch_finishes(tmp_path):
+    c = Cluster(tmp_path, n=2, allowed_failures=1)  # Dask's default is 3: the same, with fewer restarts
+    try:
+        data = (ROOT / "solutions" / f"{A}.ipynb").read_bytes()
+
+        def deadly(data: bytes, assignment: str, seed):
+            if b"KILL-THE-WORKER" in data:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return grade_on_worker(data, assignment, seed)
+
+        subs = [Submission(f"s{i}", A, Path(f"s{i}.ipynb")) for i in range(3)]
+        jobs = [(subs[0], data, "a" * 64), (subs[1], b"KILL-THE-WORKER" + data, "b" * 64), (subs[2], data, "c" * 64)]
+        saved: dict[str, dict] = {}
+
+        def failed(sub, reason, digest):
+            return {"status": "error", "messages": [reason], "score": 0.0}
+
+        grade_on_cluster(
+            c.address,
+            jobs,
+            None,
+            GraderPlugin("auto"),
+            lambda sub, record, seconds: saved.__setitem__(sub.student, record),
+            failed,
+            task=deadly,
+        )
+        assert sorted(saved) == ["s0", "s1", "s2"]
+        assert saved["s0"]["status"] == saved["s2"]["status"] == "graded"
+        assert saved["s1"]["status"] == "error" and "KilledWorker" in saved["s1"]["messages"][0]
+    finally:
+        c.close()
