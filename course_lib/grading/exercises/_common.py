@@ -10,7 +10,37 @@ import torch
 from ..core import Call, compare
 from ..seeding import current_seed, mixed_seed
 
-__all__ = ["randn", "rand_mask", "rng", "item", "structure_problem", "first_structure_problem", "sums_to_one"]
+__all__ = [
+    "WHOLE_ATTENTION",
+    "SOFTMAX_FAMILY",
+    "randn",
+    "rand_mask",
+    "rng",
+    "item",
+    "structure_problem",
+    "first_structure_problem",
+    "sums_to_one",
+]
+
+
+#: Forbidden wherever students write attention: the library calls that do all of it.
+WHOLE_ATTENTION = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.MultiheadAttention",
+    "torch.nn.functional.multi_head_attention_forward",
+)
+
+#: The softmax family: forbidden where students write a softmax, or call their own.
+SOFTMAX_FAMILY = (
+    "torch.softmax",
+    "torch.nn.functional.softmax",
+    "torch.special.softmax",
+    "torch.nn.Softmax",
+    "torch.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "method:softmax",
+    "method:log_softmax",
+)
 
 
 def rng(seed: int) -> torch.Generator:

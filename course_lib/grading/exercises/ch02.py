@@ -16,7 +16,7 @@ import torch
 
 from ... import scaled_dot_product_attention, self_attention, softmax
 from ..core import Call, Case, Exercise, Mistake
-from ._common import first_structure_problem, rand_mask, randn, rng, sums_to_one
+from ._common import SOFTMAX_FAMILY, WHOLE_ATTENTION, first_structure_problem, rand_mask, randn, rng, sums_to_one
 
 __all__ = ["EXERCISES"]
 
@@ -650,23 +650,6 @@ def _self_attention_cases() -> list[Case]:
 
 # --- exercises ---------------------------------------------------------------------------------------
 
-_WHOLE_ATTENTION = (
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch.nn.MultiheadAttention",
-    "torch.nn.functional.multi_head_attention_forward",
-)
-
-#: The softmax family: ``softmax`` writes it, and the attention functions call the student's own.
-_SOFTMAX_FAMILY = (
-    "torch.softmax",
-    "torch.nn.functional.softmax",
-    "torch.special.softmax",
-    "torch.nn.Softmax",
-    "torch.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "method:softmax",
-    "method:log_softmax",
-)
 
 EXERCISES = [
     Exercise(
@@ -693,14 +676,14 @@ EXERCISES = [
             Mistake("always normalising over the last dim, ignoring the `dim` argument", _softmax_last),
             Mistake("forgetting to divide by the sum: the weights do not sum to 1", _softmax_no_norm),
         ],
-        forbidden=_SOFTMAX_FAMILY,
+        forbidden=SOFTMAX_FAMILY,
     ),
     Exercise(
         name="scaled_dot_product_attention",
         reference=scaled_dot_product_attention,
         make_cases=_sdpa_cases,
         mistakes=_SDPA_MISTAKES,
-        forbidden=_WHOLE_ATTENTION + _SOFTMAX_FAMILY,
+        forbidden=WHOLE_ATTENTION + SOFTMAX_FAMILY,
         output_names=_ATTENTION_OUTPUTS,
     ),
     Exercise(
@@ -708,7 +691,7 @@ EXERCISES = [
         reference=self_attention,
         make_cases=_self_attention_cases,
         mistakes=_SELF_ATTENTION_MISTAKES,
-        forbidden=_WHOLE_ATTENTION + _SOFTMAX_FAMILY,
+        forbidden=WHOLE_ATTENTION + SOFTMAX_FAMILY,
         output_names=_ATTENTION_OUTPUTS,
     ),
 ]

@@ -20,7 +20,7 @@ import torch
 
 from ... import merge_heads, multi_head_attention, multi_head_attention_sum_form, split_heads
 from ..core import Call, Case, Exercise, Mistake, compare
-from ._common import rand_mask, randn, rng
+from ._common import WHOLE_ATTENTION, rand_mask, randn, rng
 
 __all__ = ["EXERCISES"]
 
@@ -801,11 +801,6 @@ def _some_blocked(mask: torch.Tensor) -> torch.Tensor:
 
 # --- exercises ---------------------------------------------------------------------------------------
 
-_WHOLE_JOB = (
-    "torch.nn.MultiheadAttention",
-    "torch.nn.functional.multi_head_attention_forward",
-    "torch.nn.functional.scaled_dot_product_attention",
-)
 
 EXERCISES = [
     Exercise(
@@ -867,7 +862,7 @@ EXERCISES = [
         reference=multi_head_attention,
         make_cases=_mha_cases,
         mistakes=_mha_mistakes(),
-        forbidden=_WHOLE_JOB,
+        forbidden=WHOLE_ATTENTION,
         output_names=("output", "weights"),
     ),
     Exercise(
@@ -877,6 +872,6 @@ EXERCISES = [
         mistakes=_sum_form_mistakes(),
         # the sum form adds the heads' contributions, with no concatenation: returning
         # multi_head_attention(...)[0], or concatenating with merge_heads, is the other form
-        forbidden=_WHOLE_JOB + ("graded:multi_head_attention", "graded:merge_heads"),
+        forbidden=WHOLE_ATTENTION + ("graded:multi_head_attention", "graded:merge_heads"),
     ),
 ]

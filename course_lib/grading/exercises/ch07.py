@@ -32,7 +32,7 @@ import torch
 from ... import cached_attention_step, sliding_window_mask, softmax, tiled_attention
 from ..._checks import _broadcast
 from ..core import Call, Case, Exercise, Mistake, compare
-from ._common import rand_mask, randn, rng
+from ._common import SOFTMAX_FAMILY, WHOLE_ATTENTION, rand_mask, randn, rng
 
 __all__ = ["EXERCISES"]
 
@@ -637,22 +637,6 @@ def _kv_cases() -> list[Case]:
 
 # --- exercises ------------------------------------------------------------------------------------------
 
-_WHOLE_ATTENTION = (
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch.nn.MultiheadAttention",
-    "torch.nn.functional.multi_head_attention_forward",
-)
-
-_SOFTMAX = (
-    "torch.softmax",
-    "torch.nn.functional.softmax",
-    "torch.special.softmax",
-    "torch.nn.Softmax",
-    "torch.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "method:softmax",
-    "method:log_softmax",
-)
 
 EXERCISES = [
     Exercise(
@@ -660,7 +644,7 @@ EXERCISES = [
         reference=tiled_attention,
         make_cases=_tiled_cases,
         mistakes=_TILED_MISTAKES,
-        forbidden=_WHOLE_ATTENTION + _SOFTMAX,
+        forbidden=WHOLE_ATTENTION + SOFTMAX_FAMILY,
         structure_args=(4, "block_size"),
         temporary_limit=temporary_limit,
         temporary_message=TEMPORARY_MESSAGE,
@@ -677,7 +661,7 @@ EXERCISES = [
         reference=cached_attention_step,
         make_cases=_kv_cases,
         mistakes=_KV_MISTAKES,
-        forbidden=_WHOLE_ATTENTION,
+        forbidden=WHOLE_ATTENTION,
         output_names=("output", "new cache"),
     ),
 ]
