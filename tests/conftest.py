@@ -55,6 +55,13 @@ def assert_diagnosed(report, phrase: str) -> None:
     assert any(phrase in d for d in report.diagnoses), f"expected a diagnosis with {phrase!r}:\n{report}"
 
 
+def assert_forbidden(report, phrase: str) -> None:
+    """A report refused for a forbidden call: 0 points, and a note that names it (``phrase``)."""
+    assert report.status == "forbidden"
+    assert report.score == 0
+    assert any(phrase in n for n in report.notes), report.notes
+
+
 def implementation_id(fn) -> str:
     """A test id for an implementation: where it comes from and its name (``course_lib.softmax``)."""
     return f"{fn.__module__.split('.')[0]}.{fn.__name__}"

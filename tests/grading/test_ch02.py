@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_diagnosed, implementation_id
+from conftest import assert_diagnosed, assert_forbidden, implementation_id
 
 import course_lib
 from course_lib.grading import check, exercise
@@ -690,10 +690,7 @@ FORBIDDEN = [
 
 @pytest.mark.parametrize("name, fn, phrase", [pytest.param(*f, id=f[1].__name__) for f in FORBIDDEN])
 def test_forbidden_call_is_reported_and_scores_zero(name, fn, phrase):
-    report = check(fn, name=name)
-    assert report.status == "forbidden"
-    assert report.score == 0
-    assert any(phrase in n for n in report.notes), report.notes
+    assert_forbidden(check(fn, name=name), phrase)
 
 
 def test_attention_must_call_the_students_own_softmax_not_torchs():

@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import assert_diagnosed, assert_full_marks, implementation_id
+from conftest import assert_diagnosed, assert_forbidden, assert_full_marks, implementation_id
 
 import course_lib
 from course_lib.grading import check, exercise
@@ -989,10 +989,7 @@ FORBIDDEN = [
 
 @pytest.mark.parametrize("name, fn, phrase", [pytest.param(*f, id=f[1].__name__) for f in FORBIDDEN])
 def test_forbidden_call_is_reported_and_scores_zero(name, fn, phrase):
-    report = check(fn, name=name)
-    assert report.status == "forbidden"
-    assert report.score == 0
-    assert any(phrase in n for n in report.notes), report.notes
+    assert_forbidden(check(fn, name=name), phrase)
 
 
 @pytest.mark.parametrize(
