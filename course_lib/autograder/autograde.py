@@ -105,7 +105,8 @@ def make_job(
 
     For a function that calls graded ``callees`` (function name -> callee names), a second run
     of its calls with the references standing in for them, after every function's own calls,
-    made only when one of those callees fails its own tests (or is forbidden)."""
+    made only when the function fails some of its own tests and one of those callees fails its
+    own (or is forbidden)."""
     from .sandbox import Job
 
     calls = {ex.name: [c for case in ex.cases(seed) for c in case.calls] for ex in exercises}
