@@ -20,7 +20,7 @@ from ..grading.core import Exercise, Outcome, Report, judge, zero_report
 from ..grading.forbidden import NotebookScan
 from ..grading.registry import ASSIGNMENTS, exercise, exercises_of
 from ..grading.standins import composed, static_callees
-from .notebook import NotebookError, code_cells
+from .notebook import NotebookError, code_cells, function_sources, think_answers
 from .text import clean_record, student_message
 
 __all__ = [
@@ -169,7 +169,9 @@ def _record(
     seed: int | None = None,
     flags: list[str] | None = None,
     fallbacks: int = 0,
+    written: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    written = written or {}
     return clean_record(
         {
             "assignment": assignment,
@@ -183,6 +185,8 @@ def _record(
             "seed": seed,
             "fixed_cases": fallbacks,
             "flags": flags or [],
+            "sources": written.get("sources", {}),
+            "answers": written.get("answers", []),
         }
     )
 
@@ -247,9 +251,11 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         A JSON-serialisable record: ``assignment``, ``sha256``, ``status`` (one of
         :data:`STATUSES`), ``score``, ``max_score``, ``messages`` (notebook-level feedback),
         ``functions`` (one report per graded function), ``isolation``, ``seed``,
-        ``fixed_cases`` (cases that kept the self-check's inputs under ``seed``) and ``flags``
-        (forbidden calls, tampering, use of the reference: for the instructor's export).
-        Never raises for anything in the notebook.
+        ``fixed_cases`` (cases that kept the self-check's inputs under ``seed``), ``flags``
+        (forbidden calls, tampering, use of the reference: for the instructor's export),
+        ``sources`` (graded function -> the source of its last top-level ``def``, read
+        statically) and ``answers`` (the "think about it" answers: ``[{"id", "answer"}]``), both
+        empty when the notebook is not readable. Never raises for anything in the notebook.
     """
     if assignment not in ASSIGNMENTS:
         raise KeyError(f"unknown assignment {assignment!r}; choose from {', '.join(ASSIGNMENTS)}")
@@ -261,6 +267,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
     except NotebookError as e:
         return refused_record(assignment, str(e), digest, isolation, seed)
     scan = NotebookScan(cells)
+    written = {"sources": function_sources(cells, [ex.name for ex in exercises]), "answers": think_answers(data)}
     fallbacks = sum(ex.fallbacks(seed) for ex in exercises) if seed is not None else 0
     review = scan.review_flags()
     if review:
@@ -273,9 +280,8 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         reports = [
             zero_report(ex, "forbidden", "held for review: the notebook uses introspection", seed) for ex in exercises
         ]
-        return _record(
-            assignment, digest, "review", reports, [msg], isolation, seed, [f"review: {r}" for r in review], fallbacks
-        )
+        noted = [f"review: {r}" for r in review]
+        return _record(assignment, digest, "review", reports, [msg], isolation, seed, noted, fallbacks, written)
     forbidden = {ex.name: scan.violations(ex.name, ex.forbidden) for ex in exercises}
     callees = {}
     for ex in exercises:
@@ -293,7 +299,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             zero_report(ex, "forbidden", "held for review: the notebook tampered with the grading", seed)
             for ex in exercises
         ]
-        return _record(assignment, digest, "review", reports, messages, isolation, seed, flags, fallbacks)
+        return _record(assignment, digest, "review", reports, messages, isolation, seed, flags, fallbacks, written)
     errors = sorted(scan.problems + [student_message(e) for e in result.cell_errors], key=_cell_number)
     messages += [f"Error while running your notebook, {_code_cell(e)}" for e in errors[:10]]
     if len(errors) > 10:
@@ -336,4 +342,4 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
                 flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
             reports.append(report)
     status = cast(RecordStatus, "graded" if result.status == "ok" else result.status)
-    return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks)
+    return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks, written)
