@@ -20,6 +20,7 @@ from ..grading.core import Exercise, Outcome, Report, judge, zero_report
 from ..grading.forbidden import NotebookScan
 from ..grading.registry import ASSIGNMENTS, exercise, exercises_of
 from ..grading.standins import composed, static_callees
+from .demos import skip_demos
 from .notebook import NotebookError, code_cells, function_sources, think_answers
 from .text import clean_record, student_message
 
@@ -288,7 +289,8 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         names = static_callees(scan.env, ex.name, [n for n in ASSIGNMENTS[assignment] if n != ex.name])
         if names and not forbidden[ex.name]:
             callees[ex.name] = names
-    result = runner.run(make_job(scan.runnable_sources(), exercises, seed, callees, forbidden))
+    runnable = skip_demos(scan.runnable_sources(), [ex.name for ex in exercises])  # demos are not graded
+    result = runner.run(make_job(runnable, exercises, seed, callees, forbidden))
     flags: list[str] = []
     messages: list[str] = []
     if result.status != "ok":
