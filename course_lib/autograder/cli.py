@@ -5,6 +5,7 @@ grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into
 check     grade one notebook locally, in the sandbox, and print the feedback
 export    write the gradebook as a CSV, a Canvas gradebook import, a wide table, or Gradescope results.json files
 feedback  write a feedback report per student (Markdown or HTML)
+report    the class report: scores, mistakes, items, look-alike submissions, answers (HTML site or Markdown)
 """
 
 from __future__ import annotations
@@ -179,8 +180,35 @@ def _cmd_feedback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import ReportError, write_report
+
+    try:
+        result = write_report(
+            args.db,
+            args.out,
+            fmt=args.format,
+            exercises=args.exercises,
+            solutions=args.solutions,
+            threshold=args.threshold,
+        )
+    except (ReportError, OSError) as err:
+        print(f"course-lib report: {err}", file=sys.stderr)
+        return 2
+    if args.format == "md":
+        print(result.text)
+        return 0
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
+    print(
+        f"wrote the class report to {args.out}/index.html ({len(result.data['assignments'])} assignment(s); {stages})"
+    )
+    return 0
+
+
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Add the instructor's subcommands to the ``course-lib`` parser."""
+    from .lookalike import THRESHOLD
+
     p = sub.add_parser("assign", help="write exercises/ (student notebooks) from solutions/")
     p.add_argument("--source", default="solutions", help="folder of solution notebooks (default: solutions)")
     p.add_argument("--out", default="exercises", help="folder for student notebooks (default: exercises)")
@@ -280,3 +308,23 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="folder for the reports")
     p.add_argument("--format", choices=("md", "html"), default="md")
     p.set_defaults(func=_cmd_feedback)
+    p = sub.add_parser(
+        "report",
+        help="the class report: scores, mistakes, items, look-alike submissions and answers",
+        description="html: a static site OUT/index.html with one page per assignment, the figures and "
+        "OUT/data.json (no script, no external request); md: a summary on stdout. Look-alikes compare the "
+        "students' graded functions, leaving out the starter code (--exercises) and the solution's shared parts "
+        "(--solutions); the solution's code is never shown.",
+    )
+    p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
+    p.add_argument("--out", default=None, help="folder for the site (required for --format html)")
+    p.add_argument("--format", choices=("html", "md"), default="html")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help=f"smallest look-alike similarity reported, 0 to 1 (default: {THRESHOLD:g})",
+    )
+    p.add_argument("--exercises", default="exercises", help="folder of the exercise notebooks (default: exercises)")
+    p.add_argument("--solutions", default="solutions", help="folder of the solution notebooks (default: solutions)")
+    p.set_defaults(func=_cmd_report)

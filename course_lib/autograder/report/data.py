@@ -1,0 +1,177 @@
+"""The class report's numbers: the gradebook read once, per assignment, as plain data.
+
+Every number of the report comes from here or from :mod:`.items`, :mod:`.answers` and
+:mod:`.pairs`, and is written unchanged to ``data.json`` (the keys are documented in
+:mod:`course_lib.autograder.report`). Scores are over every record of an assignment; named
+mistakes and items are over its *graded* records (status ``graded``), the class.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...grading.registry import ASSIGNMENTS
+from ..autograde import STATUSES
+from ..gradebook import Gradebook
+
+__all__ = ["ClassData", "Row", "load", "functions_of", "score_summary", "mistakes", "page_name", "ReportError"]
+
+#: One submission: (student id, its record).
+Row = tuple[str, dict[str, Any]]
+
+
+class ReportError(ValueError):
+    """The report cannot be made (a missing gradebook or notebook); the message says why."""
+
+
+@dataclass
+class ClassData:
+    """The gradebook's records grouped by assignment (course order), each sorted by student."""
+
+    assignments: dict[str, list[Row]] = field(default_factory=dict)
+    records: int = 0
+    without_sources: int = 0  # records graded before the record carried the functions' sources
+    without_answers: int = 0  # ... and the "think about it" answers
+
+
+def load(db: str | Path) -> ClassData:
+    """Read every record of the gradebook at ``db``.
+
+    Raises:
+        ReportError: ``db`` is not a file.
+    """
+    if not Path(db).is_file():
+        raise ReportError(f"--db: no gradebook at {db}")
+    data = ClassData()
+    groups: dict[str, list[Row]] = {}
+    with Gradebook(db) as book:
+        for student, record in book.rows():
+            groups.setdefault(str(record.get("assignment", "")), []).append((student, record))
+            data.records += 1
+            data.without_sources += "sources" not in record
+            data.without_answers += "answers" not in record
+    order = [a for a in ASSIGNMENTS if a in groups] + sorted(a for a in groups if a not in ASSIGNMENTS)
+    data.assignments = {a: sorted(groups[a], key=lambda row: row[0]) for a in order}
+    return data
+
+
+def page_name(assignment: str, index: int) -> str:
+    """The page's file stem: the assignment's own name when it is one of the course's, never text
+    from a record otherwise."""
+    return assignment if assignment in ASSIGNMENTS else f"assignment-{index + 1}"
+
+
+def functions_of(assignment: str, rows: list[Row]) -> list[str]:
+    """The graded functions of ``assignment``, in notebook order."""
+    if assignment in ASSIGNMENTS:
+        return list(ASSIGNMENTS[assignment])
+    seen: dict[str, None] = {}
+    for _, record in rows:
+        for fr in record.get("functions", []):
+            seen.setdefault(str(fr.get("function", "")), None)
+    return list(seen)
+
+
+def graded(rows: list[Row]) -> list[Row]:
+    """The records that count as the class: status ``graded``."""
+    return [(s, r) for s, r in rows if r.get("status") == "graded"]
+
+
+def _histogram(scores: list[float], max_score: float) -> dict[str, list[float]]:
+    top = max([max_score, *scores, 1.0])
+    bins = int(min(20, max(1, round(top))))
+    counts, edges = np.histogram(np.asarray(scores, dtype=float), bins=bins, range=(0.0, top))
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def score_summary(rows: list[Row]) -> dict[str, Any]:
+    """Scores of every record of one assignment: count, mean, median, full marks, zero, status
+    counts (every status of :data:`~course_lib.autograder.autograde.STATUSES`), late records and
+    a histogram (``edges``, ``counts``). Mean and median are None with no records."""
+    scores = [float(r.get("score", 0.0)) for _, r in rows]
+    max_score = max((float(r.get("max_score", 0.0)) for _, r in rows), default=0.0)
+    statuses = Counter(str(r.get("status", "")) for _, r in rows)
+    return {
+        "records": len(rows),
+        "max_score": max_score,
+        "mean": statistics.fmean(scores) if scores else None,
+        "median": statistics.median(scores) if scores else None,
+        "full_marks": sum(1 for _, r in rows if float(r.get("max_score", 0)) > 0 and r["score"] >= r["max_score"]),
+        "zero": sum(1 for s in scores if s == 0),
+        "statuses": {s: statuses.get(s, 0) for s in STATUSES}
+        | {s: n for s, n in statuses.items() if s not in STATUSES},
+        "late": sum(1 for _, r in rows if r.get("late")),
+        "histogram": _histogram(scores, max_score),
+    }
+
+
+def _function(record: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for fr in record.get("functions", []):
+        if fr.get("function") == name:
+            return fr
+    return None
+
+
+def mistakes(rows: list[Row], functions: list[str]) -> list[dict[str, Any]]:
+    """Per graded function, what the class (its graded records) got wrong.
+
+    Returns:
+        One dict per function: ``function``, ``statuses`` (students per function status),
+        ``named`` (each named mistake: ``mistake``, ``count`` of students, ``share`` of the class,
+        ``students``, ``tests`` it was seen on, ``feedback``: the test feedback shown with it
+        most often), most students first, and ``unrecognised`` (per test, the students who failed
+        it with no named mistake: ``test``, ``count``, ``share``, ``students``).
+    """
+    cls = graded(rows)
+    size = len(cls)
+    out = []
+    for name in functions:
+        named: dict[str, dict[str, Any]] = {}
+        unknown: dict[str, list[str]] = {}
+        status: Counter[str] = Counter()
+        for student, record in cls:
+            fr = _function(record, name)
+            if fr is None:
+                continue
+            status[str(fr.get("status", ""))] += 1
+            for res in fr.get("results", []):
+                for text in res.get("diagnoses") or []:
+                    entry = named.setdefault(text, {"students": {}, "tests": {}, "feedback": Counter()})
+                    entry["students"][student] = None
+                    entry["tests"][str(res.get("name", ""))] = None
+                    if res.get("feedback"):
+                        entry["feedback"][str(res["feedback"])] += 1
+                failed = not res.get("passed") and not res.get("withheld") and not res.get("diagnoses")
+                if failed and fr.get("status") == "failed":
+                    students = unknown.setdefault(str(res.get("name", "")), [])
+                    if not students or students[-1] != student:
+                        students.append(student)
+        ranked = sorted(named.items(), key=lambda kv: (-len(kv[1]["students"]), kv[0]))
+        out.append(
+            {
+                "function": name,
+                "statuses": dict(sorted(status.items())),
+                "named": [
+                    {
+                        "mistake": text,
+                        "count": len(e["students"]),
+                        "share": len(e["students"]) / size if size else 0.0,
+                        "students": list(e["students"]),
+                        "tests": list(e["tests"]),
+                        "feedback": e["feedback"].most_common(1)[0][0] if e["feedback"] else "",
+                    }
+                    for text, e in ranked
+                ],
+                "unrecognised": [
+                    {"test": test, "count": len(s), "share": len(s) / size if size else 0.0, "students": s}
+                    for test, s in sorted(unknown.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+                ],
+            }
+        )
+    return out

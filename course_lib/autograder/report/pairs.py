@@ -1,0 +1,93 @@
+"""Look-alike submissions of one assignment: the students' graded functions compared with
+:func:`course_lib.autograder.lookalike.find_lookalikes`, the starter code and the solution
+read from the repository's notebooks (``exercises/NN_x.ipynb`` and ``solutions/NN_x.ipynb``,
+found like ``course-lib assign`` finds them: relative to the current folder by default).
+
+The solution's source is used for the comparison only: nothing here returns it for display.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..lookalike import REFERENCE, Pair, find_lookalikes
+from ..notebook import NotebookError, code_cells, function_sources
+from .data import ReportError, Row
+
+__all__ = ["notebook_functions", "lookalikes", "student_sources"]
+
+
+def notebook_functions(folder: str | Path, assignment: str, functions: list[str], option: str) -> dict[str, str]:
+    """The graded functions' sources in ``folder/<assignment>.ipynb``.
+
+    Args:
+        folder: ``exercises`` (the starter code) or ``solutions``.
+        assignment: the assignment's name.
+        functions: its graded functions.
+        option: the command-line option that names ``folder``, for the error message.
+
+    Raises:
+        ReportError: the notebook is missing or unreadable.
+    """
+    path = Path(folder) / f"{assignment}.ipynb"
+    if not path.is_file():
+        raise ReportError(
+            f"{option}: no notebook {path} (the look-alike search needs the course's exercise and solution "
+            f"notebooks; run the report from the repository's root or pass {option} DIR)"
+        )
+    try:
+        return function_sources(code_cells(path.read_bytes()), functions)
+    except NotebookError as err:
+        raise ReportError(f"{option}: {path} is not readable: {err}") from None
+
+
+def student_sources(rows: list[Row]) -> dict[str, dict[str, str]]:
+    """Student -> graded function -> source, for the records that carry sources."""
+    out = {}
+    for student, record in rows:
+        sources = record.get("sources")
+        if isinstance(sources, dict) and sources:
+            out[student] = {str(k): str(v) for k, v in sources.items()}
+    return out
+
+
+def lookalikes(
+    rows: list[Row], starter: dict[str, str], solution: dict[str, str], threshold: float | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The look-alike pairs of one assignment, most similar first, and a summary.
+
+    Students are passed to the search under neutral keys, so no student id can pose as
+    :data:`~course_lib.autograder.lookalike.REFERENCE`.
+
+    Args:
+        rows: the assignment's records.
+        starter: graded function -> the exercise notebook's stub.
+        solution: graded function -> the solution notebook's source.
+        threshold: the smallest similarity reported (None: the search's default).
+
+    Returns:
+        ``(pairs, summary)``: each pair as :meth:`~course_lib.autograder.lookalike.Pair.to_dict`
+        with the students' ids and ``reference`` (True when ``b`` is the solution, then
+        :data:`~course_lib.autograder.lookalike.REFERENCE`); the summary has ``compared``
+        (students with sources), ``student_pairs`` and ``reference_pairs``.
+    """
+    sources = student_sources(rows)
+    names = list(sources)
+    keys = {f"{i:09d}": name for i, name in enumerate(names)}
+    keyed = {key: sources[name] for key, name in keys.items()}
+    kwargs: dict[str, Any] = {} if threshold is None else {"threshold": threshold}
+    pairs: list[Pair] = find_lookalikes(keyed, starter=starter, solution=solution, **kwargs)
+    out = []
+    for p in pairs:
+        d = p.to_dict()
+        d["a"] = keys[p.a]
+        d["reference"] = p.b == REFERENCE
+        d["b"] = REFERENCE if d["reference"] else keys[p.b]
+        out.append(d)
+    summary = {
+        "compared": len(sources),
+        "student_pairs": sum(1 for d in out if not d["reference"]),
+        "reference_pairs": sum(1 for d in out if d["reference"]),
+    }
+    return out, summary
