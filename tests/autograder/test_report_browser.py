@@ -1,0 +1,82 @@
+"""The class report's site, opened in a real browser (headless Debian chromium via Playwright).
+
+The report of the generated class of ``test_report.py`` is written to a folder and opened from
+``file://``, in the reader's light and in the dark colour scheme: every page (the index and each
+assignment) loads with no console error, no failed request, no request outside ``file://``,
+every image loaded (``naturalWidth > 0``), and the page's colours follow the scheme. Full-page
+screenshots go to ``artifacts/screenshots/report-*.png`` for a person to look at.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT
+from playwright.sync_api import sync_playwright
+from test_report import gradebook  # noqa: F401  (the generated class, a module fixture)
+
+from course_lib.autograder.report import write_report
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [  # no background traffic: this machine has no network
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+]
+SHOTS = ROOT / "artifacts" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def site(gradebook, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("report-site")
+    result = write_report(gradebook, out, exercises=ROOT / "exercises", solutions=ROOT / "solutions")
+    return out, ["index.html"] + [a["page"] for a in result.data["assignments"]]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_every_page_opens_offline_without_errors_and_with_its_figures(site, browser, mode):
+    out, pages = site
+    assert len(pages) >= 2
+    backgrounds = set()
+    for name in pages:
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=mode)
+        page = context.new_page()
+        errors: list[str] = []
+        outside: list[str] = []
+        page.on("console", lambda msg, errors=errors: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+        page.on("requestfailed", lambda req, errors=errors: errors.append(f"request failed: {req.url}"))
+        page.on(
+            "request", lambda req, outside=outside: None if req.url.startswith("file://") else outside.append(req.url)
+        )
+        page.goto((out / name).as_uri(), wait_until="load")
+        page.wait_for_function("() => Array.from(document.images).every(i => i.complete)", timeout=20000)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"report-{name.removesuffix('.html')}-{mode}.png"), full_page=True)
+        images = page.evaluate("() => Array.from(document.images).map(i => [i.src, i.naturalWidth])")
+        scripts = page.evaluate("() => document.scripts.length")
+        backgrounds.add(page.evaluate("() => getComputedStyle(document.body).backgroundColor"))
+        context.close()
+        assert not errors, f"console errors on {name} ({mode}): {errors}"
+        assert not outside, f"{name} made requests outside file://: {outside}"
+        assert all(width > 0 for _, width in images), f"images that did not load on {name}: {images}"
+        assert scripts == 0, f"{name} has {scripts} script element(s)"
+        if name != "index.html":
+            assert images, f"{name} shows no figure"
+    dark = mode == "dark"
+    assert backgrounds == {"rgb(22, 24, 28)" if dark else "rgb(255, 255, 255)"}, backgrounds
