@@ -23,6 +23,8 @@ import symtable
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..grading.parsing import parse
+
 __all__ = ["skip_demos"]
 
 _MARKER = "when_implemented"
@@ -125,7 +127,7 @@ def _cell(src: str) -> tuple[bool, tuple[_Statement, ...]] | None:
     """(whether the cell binds ``when_implemented`` other than by importing it, its statements),
     or None for a cell that does not parse. Cached: a class's notebooks share most cells."""
     try:
-        tree = ast.parse(src)
+        tree = parse(src)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     statements = tuple(
@@ -179,7 +181,7 @@ def skip_demos(cells: Sequence[str], graded: Iterable[str]) -> list[str]:
     for i, src in enumerate(out):
         if src is not cells[i]:
             try:
-                ast.parse(src)
+                parse(src)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 out[i] = cells[i]  # never make a cell worse than it was
     return out

@@ -13,6 +13,8 @@ import json
 import re
 from collections.abc import Iterable
 
+from ..grading.parsing import parse
+
 __all__ = [
     "NotebookError",
     "code_cells",
@@ -133,7 +135,7 @@ def function_sources(cells: list[str], names: Iterable[str]) -> dict[str, str]:
     wanted, found = set(names), {}
     for cell in cells:
         try:
-            tree = ast.parse(cell)
+            tree = parse(cell)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         lines: list[str] | None = None

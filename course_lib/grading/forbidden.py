@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .opwatch import resolve
+from .parsing import parse
 
 __all__ = [
     "ParsedCell",
@@ -264,7 +265,7 @@ def parse_cells(sources: Sequence[str], first: int = 1) -> list[ParsedCell]:
     cells = []
     for i, src in enumerate(sources, first):
         try:
-            tree = ast.parse(src, filename=f"<cell {i}>")
+            tree = parse(src, filename=f"<cell {i}>")
         except SyntaxError as e:
             where = f" (line {e.lineno})" if e.lineno else ""
             msg = " ".join(str(e.msg).split())[:200]
@@ -541,7 +542,7 @@ def _source_tree(obj: Any) -> ast.AST | None:
     """The definition of a live function or class, parsed from its source (None if unknown)."""
     try:
         src = textwrap.dedent(inspect.getsource(obj))
-        tree = ast.parse(src)
+        tree = parse(src)
     except (OSError, TypeError, SyntaxError, IndentationError, ValueError, RecursionError):
         return None
     name = getattr(obj, "__name__", None)
