@@ -100,6 +100,7 @@ def make_job(
     seed: int | None = None,
     callees: dict[str, list[str]] | None = None,
     forbidden: dict[str, list[str]] | None = None,
+    judged: Judged | None = None,
 ):
     """The sandbox job: the cells to run, every call of every case per function (drawn from
     ``seed`` when given), and what the runtime layer watches per function.
@@ -107,8 +108,10 @@ def make_job(
     For a function that calls graded ``callees`` (function name -> callee names), a second run
     of its calls with the references standing in for them, after every function's own calls,
     made only when the function fails some of its own tests and one of those callees fails its
-    own (or is forbidden)."""
+    own (or is forbidden). ``judged`` keeps the reports judged for that decision, for the record."""
     from .sandbox import Job
+
+    judged = judged or Judged(seed)
 
     calls = {ex.name: [c for case in ex.cases(seed) for c in case.calls] for ex in exercises}
     job = Job(cells=cells, calls=calls, watch={ex.name: ex.watch() for ex in exercises})
@@ -117,7 +120,7 @@ def make_job(
         job.calls[key] = list(calls[name])
         job.standins[key] = (name, list(names))
         job.references.update({c: exercise(c).reference for c in names})
-        job.when[key] = _some_callee_fails(name, names, seed, forbidden or {})
+        job.when[key] = _some_callee_fails(name, names, judged, forbidden or {})
     return job
 
 
@@ -126,23 +129,38 @@ def standin_key(name: str) -> str:
     return f"{name} (references standing in)"
 
 
-def _passes(name: str, outcomes: dict[str, list[Outcome | None]], seed: int | None) -> bool:
+class Judged:
+    """One job's reports, each function's judged once on its outcomes: the stand-in decisions
+    (made while the job runs) and the record use the same reports."""
+
+    def __init__(self, seed: int | None = None):
+        self.seed = seed
+        self._reports: dict[tuple[str, tuple[int, ...]], tuple[list[Outcome], Report]] = {}
+
+    def report(self, ex: Exercise, flat: list[Outcome]) -> Report:
+        """``ex`` judged on its outcomes ``flat`` (in call order)."""
+        key = (ex.name, tuple(id(o) for o in flat))
+        if key not in self._reports:  # the outcomes are kept with their report: the ids stay theirs
+            self._reports[key] = (flat, judge(ex, split_outcomes(ex, flat, self.seed), seed=self.seed))
+        return self._reports[key][1]
+
+
+def _passes(name: str, outcomes: dict[str, list[Outcome | None]], judged: Judged) -> bool:
     outs = outcomes.get(name)
     if outs is None or any(o is None for o in outs):
         return False
-    ex = exercise(name)
-    return judge(ex, split_outcomes(ex, [o for o in outs if o is not None], seed), seed=seed).passed
+    return judged.report(exercise(name), [o for o in outs if o is not None]).passed
 
 
-def _some_callee_fails(name: str, names: list[str], seed: int | None, forbidden: dict[str, list[str]]):
+def _some_callee_fails(name: str, names: list[str], judged: Judged, forbidden: dict[str, list[str]]):
     """Whether to make the stand-in run of ``name``: it failed some of its own tests, and one
     of its callees ``names`` is forbidden or failed its own (the rule :func:`course_lib.grading.check`
     follows too)."""
 
     def decide(outcomes: dict[str, list[Outcome | None]]) -> bool:
-        if _passes(name, outcomes, seed):
+        if _passes(name, outcomes, judged):
             return False
-        return any(forbidden.get(c) or not _passes(c, outcomes, seed) for c in names)
+        return any(forbidden.get(c) or not _passes(c, outcomes, judged) for c in names)
 
     return decide
 
@@ -290,7 +308,8 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         if names and not forbidden[ex.name]:
             callees[ex.name] = names
     runnable = skip_demos(scan.runnable_sources(), [ex.name for ex in exercises])  # demos are not graded
-    result = runner.run(make_job(runnable, exercises, seed, callees, forbidden))
+    judged = Judged(seed)
+    result = runner.run(make_job(runnable, exercises, seed, callees, forbidden, judged))
     flags: list[str] = []
     messages: list[str] = []
     if result.status != "ok":
@@ -335,10 +354,10 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             reports.append(zero_report(ex, "forbidden", note, seed))
             flags.append(f"forbidden: {ex.name} is not the student's own function")
         else:
-            report = judge(ex, split_outcomes(ex, result.outcomes.get(ex.name, []), seed), seed=seed)
+            report = judged.report(ex, result.outcomes.get(ex.name, []))
             key = standin_key(ex.name)
             if key in result.outcomes:  # a callee failed: its mistake is charged there only
-                stand_in = judge(ex, split_outcomes(ex, result.outcomes[key], seed), seed=seed)
+                stand_in = judged.report(ex, result.outcomes[key])
                 report = composed(report, stand_in, callees[ex.name])
             if report.status == "forbidden":
                 flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
