@@ -227,8 +227,6 @@ def _statement(toks: list[tokenize.TokenInfo], out: list[tuple[str, int]]) -> No
     prev = ""
     for i, t in enumerate(toks):
         s, typ = t.string, t.type
-        if typ == tokenize.OP and s == "," and i + 1 < len(toks) and toks[i + 1].string in _CLOSERS:
-            continue  # a trailing comma
         if typ in (tokenize.STRING, tokenize.NUMBER):
             if typ == tokenize.STRING and i and toks[i - 1].type == tokenize.STRING:
                 continue  # "a" "b" is one literal
@@ -241,7 +239,11 @@ def _statement(toks: list[tokenize.TokenInfo], out: list[tuple[str, int]]) -> No
 
 
 def _drop_redundant(toks: list[tokenize.TokenInfo]) -> list[tokenize.TokenInfo]:
-    """``toks`` without parentheses around a whole right-hand side or condition, nor ``A()``."""
+    """``toks`` without trailing commas, parentheses around a whole right-hand side or condition,
+    nor ``class A():``'s."""
+    toks = [
+        t for t, after in zip(toks, toks[1:] + toks[:1], strict=True) if t.string != "," or after.string not in _CLOSERS
+    ]
     if len(toks) > 3 and toks[0].string == "class" and [t.string for t in toks[-3:]] == ["(", ")", ":"]:
         return toks[:-3] + toks[-1:]
     while True:
@@ -422,9 +424,10 @@ def _keys(prints: _Prints, base: set[int]) -> set[_Key]:
 
 def _regions(a: _Prints, b: _Prints, keys: set[_Key]) -> tuple[Region, ...]:
     """Matched fingerprints merged into line ranges per function: fingerprints whose k-grams
-    overlap or touch in both sources make one region. Where a hash occurs more than once in
-    ``b``, the occurrence that keeps ``b``'s offset from ``a`` (in tokens) is taken."""
-    regions = []
+    overlap or touch in both sources make one region, and so do regions whose lines overlap or
+    touch in both. Where a hash occurs more than once in ``b``, the occurrence that keeps
+    ``b``'s offset from ``a`` (in tokens) is taken."""
+    regions: list[Region] = []
     for f in sorted(a.keys() & b.keys()):
         wanted = {h for g, h in keys if g == f}
         where: defaultdict[int, list[tuple[int, int, int]]] = defaultdict(list)
@@ -446,7 +449,26 @@ def _regions(a: _Prints, b: _Prints, keys: set[_Key]) -> tuple[Region, ...]:
             offset = pb - pos
         if run:
             regions.append(Region(f, (run[0], run[1]), (run[3], run[4])))
-    return tuple(regions)
+    return tuple(_merged(regions))
+
+
+def _merged(regions: list[Region]) -> list[Region]:
+    """``regions`` (in order per function) with neighbours whose lines overlap or touch in both
+    sources made one."""
+    out: list[Region] = []
+    for r in regions:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last.function == r.function
+            and last.a_lines[0] <= r.a_lines[0] <= last.a_lines[1] + 1
+            and last.b_lines[0] <= r.b_lines[0] <= last.b_lines[1] + 1
+        ):
+            a = (last.a_lines[0], max(last.a_lines[1], r.a_lines[1]))
+            out[-1] = Region(r.function, a, (last.b_lines[0], max(last.b_lines[1], r.b_lines[1])))
+        else:
+            out.append(r)
+    return out
 
 
 def _check(sources: Any, starter: Any, solution: Any, threshold: Any, common: Any) -> None:
