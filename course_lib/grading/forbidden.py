@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dis
+import functools
 import inspect
 import textwrap
 import types
@@ -264,24 +265,33 @@ def parse_cells(sources: Sequence[str], first: int = 1) -> list[ParsedCell]:
     deep, invalid characters) gets a ``problem`` and no tree: it is reported and not run."""
     cells = []
     for i, src in enumerate(sources, first):
-        try:
-            tree = parse(src, filename=f"<cell {i}>")
-        except SyntaxError as e:
-            where = f" (line {e.lineno})" if e.lineno else ""
-            msg = " ".join(str(e.msg).split())[:200]
-            cells.append(ParsedCell(i, src, None, f"{type(e).__name__}: {msg}{where}"))
-            continue
-        except RecursionError:
-            cells.append(ParsedCell(i, src, None, "the code is nested too deeply to be read"))
-            continue
-        except MemoryError:
-            cells.append(ParsedCell(i, src, None, "the code is too large to be read"))
-            continue
-        except (ValueError, UnicodeError, OverflowError) as e:
-            cells.append(ParsedCell(i, src, None, f"the code cannot be read ({type(e).__name__})"))
-            continue
-        cells.append(ParsedCell(i, src, tree))
+        tree, problem = _parsed(src) if len(src) <= _CACHED_CELL_CHARS else _parse_cell(src)
+        cells.append(ParsedCell(i, src, tree, problem))
     return cells
+
+
+#: Cells up to this size are parsed once per grading process (a class's notebooks share most
+#: cells); the trees are only read, never changed, so sharing them between notebooks is safe.
+_CACHED_CELL_CHARS = 20_000
+
+
+def _parse_cell(src: str) -> tuple[ast.Module | None, str]:
+    """(tree, "") or (None, why the cell cannot be read)."""
+    try:
+        return parse(src), ""
+    except SyntaxError as e:
+        where = f" (line {e.lineno})" if e.lineno else ""
+        msg = " ".join(str(e.msg).split())[:200]
+        return None, f"{type(e).__name__}: {msg}{where}"
+    except RecursionError:
+        return None, "the code is nested too deeply to be read"
+    except MemoryError:
+        return None, "the code is too large to be read"
+    except (ValueError, UnicodeError, OverflowError) as e:
+        return None, f"the code cannot be read ({type(e).__name__})"
+
+
+_parsed = functools.lru_cache(maxsize=1024)(_parse_cell)
 
 
 # ---------------------------------------------------------------------------------------
@@ -418,6 +428,7 @@ class StaticEnvironment:
         self.bindings: dict[str, list[ast.AST]] = {}
         self.attr_bindings: dict[str, list[ast.AST]] = {}  # "torch.exp" = ... (monkeypatching)
         self.dynamic_bindings: list[ast.AST] = []  # values stored through globals()[...] or setattr()
+        self._refs: dict[int, tuple[ast.AST, list[Ref]]] = {}  # id -> (node, its refs): node kept alive
         for tree in trees:
             for stmt in tree.body:
                 self._module_statement(stmt)
@@ -427,6 +438,13 @@ class StaticEnvironment:
                     if declared:
                         for sub in ast.walk(node):
                             self._store(sub, only=declared)
+
+    def refs(self, node: ast.AST) -> list[Ref]:
+        """:func:`_refs` of ``node``, read once per notebook (each graded name's scan and the
+        review flags read the same functions)."""
+        if id(node) not in self._refs:
+            self._refs[id(node)] = (node, list(_refs(node)))
+        return self._refs[id(node)][1]
 
     def _bind(self, name: str, value: ast.AST) -> None:
         self.bindings.setdefault(name, []).append(value)
@@ -677,7 +695,7 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
     try:
         while todo:
             node, local, imports = todo.pop()
-            for ref in _refs(node):
+            for ref in env.refs(node):
                 if _local_ref(ref, imports, local, r, note):
                     continue
                 head = ref.chain[0]
@@ -706,7 +724,7 @@ def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[st
         if cell.tree is None:
             continue
         local = _local_imports(cell.tree)
-        for ref in _refs(cell.tree):
+        for ref in env.refs(cell.tree):
             if ref.dynamic:
                 continue
             reason = None
