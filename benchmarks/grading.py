@@ -104,10 +104,12 @@ def _median_seconds(fn, repeat: int = 7) -> float:
 
 def where_the_time_goes(assignment: str, sandbox: str) -> None:
     """Print where one submission's time goes, for the solution and the wrong notebook: the
-    job's start (a forked supervisor and student process, no cells), the notebook's cells
-    (split into plotting cells and the rest), the graded calls (one at a time over the signed
-    channel), and judging in the grading process (comparisons, named mistakes)."""
+    job's start (a forked supervisor and student process, no cells), the notebook's cells as
+    grading runs them (demo blocks skipped), what the skipped demo blocks would have cost, the
+    graded calls (one at a time over the signed channel), and judging in the grading process
+    (comparisons, named mistakes)."""
     from course_lib.autograder.autograde import grade_submission, make_job
+    from course_lib.autograder.demos import skip_demos
     from course_lib.autograder.notebook import code_cells
     from course_lib.autograder.sandbox.runner import Limits, Runner
     from course_lib.grading.core import judge
@@ -129,27 +131,28 @@ def where_the_time_goes(assignment: str, sandbox: str) -> None:
         print(
             f"\nwhere one submission's time goes (one warm runner, median of 7; the runner's own start: {start:.2f} s)"
         )
-        print(f"{'':24}{'job start':>10}{'plot cells':>11}{'other cells':>12}{'calls':>8}{'judging':>9}{'total':>8}")
+        print(f"{'':24}{'job start':>10}{'cells':>8}{'demos (skipped)':>16}{'calls':>8}{'judging':>9}{'total':>8}")
         wrong_name = "wrong " + WRONG[assignment].split("(")[0].removeprefix("def ")
         for name, data in (("solution", solution), (wrong_name, json.dumps(wrong).encode())):
             cells = NotebookScan(code_cells(data)).runnable_sources()
-            other = [c if not ("plt." in c or "ax." in c) else "" for c in cells]
+            graded = skip_demos(cells, [ex.name for ex in exercises])
             empty = _median_seconds(lambda: runner.run(make_job([], [])))
-            other_cells = _median_seconds(lambda c=other: runner.run(make_job(c, []))) - empty
+            graded_cells = _median_seconds(lambda c=graded: runner.run(make_job(c, []))) - empty
             all_cells = _median_seconds(lambda c=cells: runner.run(make_job(c, []))) - empty
-            job = make_job(cells, exercises)
+            job = make_job(graded, exercises)
             result = runner.run(job)
             with_calls = _median_seconds(lambda j=job: runner.run(j)) - empty
             judging = _median_seconds(lambda r=result: [judge(ex, _split(ex, r.outcomes[ex.name])) for ex in exercises])
             total = _median_seconds(lambda d=data: grade_submission(d, assignment, runner))
             print(
-                f"{name[:24]:24}{empty:>10.3f}{all_cells - other_cells:>11.3f}{other_cells:>12.3f}"
-                f"{with_calls - all_cells:>8.3f}{judging:>9.3f}{total:>8.3f}"
+                f"{name[:24]:24}{empty:>10.3f}{graded_cells:>8.3f}{all_cells - graded_cells:>16.3f}"
+                f"{with_calls - graded_cells:>8.3f}{judging:>9.3f}{total:>8.3f}"
             )
     print(
-        "(plot cells: the cells that use plt or ax, which can hold computations too; total: "
-        "grade_submission, which also reads and scans the notebook and may make a second run of a "
-        "function with references standing in for a failing callee)"
+        "(demos (skipped): what the notebook's `with when_implemented():` blocks cost when run, which "
+        "grading skips unless they define something the graded functions use; total: grade_submission, "
+        "which also reads and scans the notebook and may make a second run of a function with "
+        "references standing in for a failing callee)"
     )
 
 

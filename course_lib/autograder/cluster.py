@@ -51,8 +51,11 @@ class GraderPlugin(WorkerPlugin):
         self._lock: Any = None
 
     def setup(self, worker: Any) -> None:
+        import torch
+
         from .sandbox import Limits, Runner
 
+        torch.set_num_threads(1)  # as local grading does (batch.grade_all): the worker's torch work is tiny
         slot, self._lock = _claim_slot()
         self.runner = Runner(mode=self.sandbox, limits=self.limits or Limits(), slot=slot, hide=self.hide)
 

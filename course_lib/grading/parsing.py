@@ -5,7 +5,8 @@ interpreter. When two threads parse at the same time and a garbage collection in
 Python code (a ``__del__``) that lets the other thread in, the count of one parse ends
 wrong and it raises ``SystemError: AST constructor recursion depth mismatch``
 (cpython gh-106905). The batch grader reads notebooks in threads, so every parse the
-grader makes goes through one lock.
+grader makes goes through one lock (:data:`LOCK`; numpy's ``.npy`` header reader, which
+parses with ``ast.literal_eval``, takes it too).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import ast
 import threading
 
-_LOCK = threading.Lock()
+#: Held while the grader builds an AST (``ast.parse``, ``ast.literal_eval``).
+LOCK = threading.Lock()
 
 
 def parse(source: str, filename: str = "<unknown>") -> ast.Module:
@@ -27,5 +29,5 @@ def parse(source: str, filename: str = "<unknown>") -> ast.Module:
         The module's tree. Raises what :func:`ast.parse` raises (``SyntaxError``,
         ``ValueError``, ``RecursionError``, ``MemoryError``).
     """
-    with _LOCK:
+    with LOCK:
         return ast.parse(source, filename=filename)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .core import Composition, Report
-from .forbidden import StaticEnvironment, _code_loads, _defined_here, _refs
+from .forbidden import StaticEnvironment, _code_loads, _defined_here
 
 __all__ = ["live_callees", "static_callees", "standing_in", "composed"]
 
@@ -60,7 +60,7 @@ def static_callees(env: StaticEnvironment, name: str, candidates: Sequence[str])
     todo: list[ast.AST] = list(env.values(name))
     while todo:
         node = todo.pop()
-        for ref in _refs(node):
+        for ref in env.refs(node):
             head = ref.chain[0]
             if head in seen:
                 continue

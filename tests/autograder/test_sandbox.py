@@ -21,6 +21,8 @@ import uuid
 import pytest
 import torch
 from conftest import ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from course_lib.autograder.sandbox import codec, isolation
 from course_lib.autograder.sandbox.runner import Job, Limits, Runner, SandboxUnavailable
@@ -726,9 +728,34 @@ def test_npy_parsing_refuses_pickles_and_lies_before_allocating():
     end = small.index(b"\n")
     header = small[:end].replace(b"(3,)", b"(999999999999,)").rstrip(b" ")
     bad.append(header + b" " * (end - len(header)) + small[end:])
+    bad.append(small[:8] + (60000).to_bytes(2, "little") + small[10:])  # the header runs past the data
+    bad.append(small[:6] + b"\x09\x00" + small[8:])  # an unknown version
+    bad.append(b"\x93NUMPY\x02\x00" + (20000).to_bytes(4, "little") + b" " * 20000)  # a header too long
+    bad.append(small[:12])  # the preamble cut short
     for data in bad:
         with pytest.raises(codec.BadResult):
             codec.load_npy(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["bool", "int8", "uint8", "int32", "int64", "float16", "float32", "float64"]),
+    st.lists(st.integers(0, 4), max_size=4),
+)
+def test_npy_bytes_are_what_numpy_save_writes_and_read_back_unchanged(dtype, shape):
+    """The codec writes each dtype and shape's preamble once and reads each once (numpy parses
+    headers with ast.literal_eval): the bytes and values stay numpy's own."""
+    import io
+
+    import numpy as np
+
+    arr = (np.arange(int(np.prod(shape))) % 7).astype(dtype).reshape(shape)
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    assert codec.npy_bytes(arr) == buf.getvalue()
+    back = codec.load_npy(codec.npy_bytes(arr))
+    assert back.dtype == arr.dtype and back.shape == arr.shape and np.array_equal(back, arr)
+    assert back.flags.writeable and back.flags.c_contiguous
 
 
 def test_the_allowlist_never_exposes_the_course_source():

@@ -8,6 +8,7 @@ array at most once and all of a submission's arrays within a fixed budget.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from typing import Any
@@ -16,7 +17,19 @@ import numpy as np
 import torch
 
 from ...grading.core import Call
-from .worker.protocol import MAX_DEPTH, MAX_ITEMS, RESULT_TAGS, CodecError, Header, decode_tree, float_node, tensor_node
+from ...grading.parsing import LOCK
+from .worker.protocol import (
+    MAX_DEPTH,
+    MAX_ITEMS,
+    MAX_NPY_HEADER,
+    RESULT_TAGS,
+    CodecError,
+    Header,
+    decode_tree,
+    float_node,
+    npy_preamble,
+    tensor_node,
+)
 
 MAX_DECODED_BYTES = 64 << 20  # all arrays of one submission together, once decoded
 _NPY_DTYPES = {
@@ -51,9 +64,8 @@ def encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> Header:
         dtype = str(x.dtype)
         if x.dtype == torch.bfloat16:
             x = x.to(torch.float32)
-        buf = io.BytesIO()
-        np.save(buf, x.resolve_conj().resolve_neg().contiguous().numpy(), allow_pickle=False)
-        blobs.append(buf.getvalue())
+        arr = x.resolve_conj().resolve_neg().contiguous().numpy()
+        blobs.append(npy_bytes(arr))
         return tensor_node(len(blobs) - 1, dtype)
     if v is None:
         return {"t": "none"}
@@ -85,25 +97,52 @@ def encode_call(i: int, name: str, call: Call) -> tuple[Header, list[bytes]]:
     return header, blobs
 
 
-def load_npy(data: bytes) -> np.ndarray:
-    """An array from ``.npy`` bytes, checked before anything is allocated; never unpickles."""
-    fp = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(fp)
+@functools.lru_cache(maxsize=512)
+def _npy_prefix(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    fp = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        fp, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    )
+    return fp.getvalue()
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    """``arr`` (C-contiguous, not an object array) as ``.npy`` bytes, the same bytes as
+    ``np.save(..., allow_pickle=False)`` writes; the preamble is made once per dtype and shape."""
+    return _npy_prefix(arr.dtype, arr.shape) + arr.tobytes()
+
+
+@functools.lru_cache(maxsize=512)
+def _read_preamble(preamble: bytes) -> tuple[Any, bool, np.dtype]:
+    """(shape, fortran order, dtype) of a ``.npy`` preamble, read by numpy (cached: the grader
+    reads the same few preambles thousands of times; the key is the exact bytes)."""
+    fp = io.BytesIO(preamble)
+    version = np.lib.format.read_magic(fp)
+    with LOCK:  # numpy reads the header with ast.literal_eval (see course_lib.grading.parsing)
         if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp, max_header_size=10000)
+            header = np.lib.format.read_array_header_1_0(fp, max_header_size=MAX_NPY_HEADER)
         elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp, max_header_size=10000)
+            header = np.lib.format.read_array_header_2_0(fp, max_header_size=MAX_NPY_HEADER)
         else:
             raise ValueError("unknown .npy version")
-    except (ValueError, OSError, SyntaxError, TypeError) as e:
+    if fp.tell() != len(preamble):
+        raise ValueError("a .npy header of a bad size")
+    return header
+
+
+def load_npy(data: bytes) -> np.ndarray:
+    """An array from ``.npy`` bytes, checked before anything is allocated; never unpickles."""
+    try:
+        preamble = npy_preamble(data)
+        shape, fortran, dtype = _read_preamble(preamble)
+    except (ValueError, OSError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
         raise BadResult(f"returned data that is not a readable array ({e})") from None
     if dtype.newbyteorder("=") not in _NPY_DTYPES or dtype.hasobject or dtype.fields:
         raise BadResult(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
     if not isinstance(shape, tuple) or len(shape) > 32 or not all(type(s) is int and s >= 0 for s in shape):
         raise BadResult("returned a tensor of an invalid shape")
     count = math.prod(shape)
-    offset = fp.tell()
+    offset = len(preamble)
     if count * dtype.itemsize != len(data) - offset:
         raise BadResult("returned a tensor whose data does not match its shape")
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)

@@ -180,6 +180,34 @@ class FrameReader:
         return header, blobs, raw
 
 
+# --------------------------------------------------------------------------- .npy preambles
+
+NPY_MAGIC = b"\x93NUMPY"
+MAX_NPY_HEADER = 10_000  # characters of a .npy header's text (numpy's own default limit)
+
+
+def npy_preamble(data: bytes) -> bytes:
+    """The preamble of ``.npy`` bytes (magic, version, header length and header text), found
+    from its length fields alone; each side parses a preamble once and reuses it for every
+    array of the same dtype and shape (numpy reads the header text with ``ast.literal_eval``).
+
+    Raises:
+        ValueError: ``data`` does not start with a ``.npy`` preamble of a sane size.
+    """
+    if len(data) < 12 or data[:6] != NPY_MAGIC:
+        raise ValueError("not .npy bytes")
+    major = data[6]
+    if major == 1:
+        size, start = int.from_bytes(data[8:10], "little"), 10
+    elif major in (2, 3):
+        size, start = int.from_bytes(data[8:12], "little"), 12
+    else:
+        raise ValueError("an unknown .npy version")
+    if size > MAX_NPY_HEADER or start + size > len(data):
+        raise ValueError("a .npy header of a bad size")
+    return bytes(data[: start + size])
+
+
 # --------------------------------------------------------------------------- value trees
 
 ARG_TAGS = frozenset(("tensor", "tuple", "list", "none", "bool", "int", "float", "str"))  # grader -> student

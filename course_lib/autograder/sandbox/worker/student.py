@@ -37,6 +37,7 @@ from .protocol import (
     CALL_WALL_FACTOR,
     MAX_DEPTH,
     MAX_ITEMS,
+    MAX_NPY_HEADER,
     MAX_RESULT_BYTES,
     REQUESTS_FD,
     RESULTS_FD,
@@ -45,6 +46,7 @@ from .protocol import (
     decode_tree,
     encode_signed_frame,
     float_node,
+    npy_preamble,
     read_frame_blocking,
     tensor_node,
     write_all,
@@ -391,8 +393,16 @@ class StudentHarness:
         self.np, self.torch = numpy, torch
         self._Tensor = torch.Tensor
         self._from_numpy = torch.from_numpy
-        self._np_load = numpy.load
-        self._np_save = numpy.save
+        fmt = numpy.lib.format
+        self._read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+        self._read_magic, self._write_header, self._descr = (
+            fmt.read_magic,
+            fmt.write_array_header_1_0,
+            fmt.dtype_to_descr,
+        )
+        self._frombuffer = numpy.frombuffer
+        self._headers: dict[bytes, Any] = {}  # .npy preamble -> (shape, fortran order, dtype), this job's
+        self._preambles: dict[tuple[Any, tuple[int, ...]], bytes] = {}  # (dtype, shape) -> .npy preamble
         self._FunctionType = types.FunctionType
         self.cells = list(job["cells"])
         self.names = list(job["names"])
@@ -426,8 +436,14 @@ class StudentHarness:
                     time.sleep(0.002)
 
     def _tensor_arg(self, node: Header, blob: bytes) -> Any:
-        arr = self._np_load(io.BytesIO(blob), allow_pickle=False)
-        x = self._from_numpy(arr)
+        """A tensor argument from the grader's ``.npy`` bytes (each dtype and shape's header read once)."""
+        preamble = npy_preamble(blob)
+        if preamble not in self._headers:
+            fp = io.BytesIO(preamble)
+            self._headers[preamble] = self._read_header[self._read_magic(fp)](fp, max_header_size=MAX_NPY_HEADER)
+        shape, fortran, dtype = self._headers[preamble]
+        flat = self._frombuffer(blob, dtype=dtype, offset=len(preamble))
+        x = self._from_numpy(flat.reshape(shape, order="F" if fortran else "C").copy())
         if node.get("dtype") == "torch.bfloat16":
             x = x.to(self.torch.bfloat16)
         return x
@@ -458,9 +474,12 @@ class StudentHarness:
             self.result_bytes += arr.nbytes
             if self.result_bytes > MAX_RESULT_BYTES // 2:
                 raise _BadType(f"returned more than {MAX_RESULT_BYTES // 2 >> 20} MB of tensors")
-            buf = io.BytesIO()
-            self._np_save(buf, arr, allow_pickle=False)
-            blobs.append(buf.getvalue())
+            key = (arr.dtype, arr.shape)
+            if key not in self._preambles:  # as numpy.save writes it, made once per dtype and shape
+                buf = io.BytesIO()
+                self._write_header(buf, {"descr": self._descr(arr.dtype), "fortran_order": False, "shape": arr.shape})
+                self._preambles[key] = buf.getvalue()
+            blobs.append(self._preambles[key] + arr.tobytes())
             return tensor_node(len(blobs) - 1, dtype)
         if t is tuple or t is list:
             if len(value) > MAX_ITEMS:
