@@ -669,7 +669,14 @@ def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp
     assert html.startswith("<!DOCTYPE html>") and "<script>" not in html and "&lt;script&gt;" in html
     leak = (tmp_path / "md" / f"{file_stem('inputs_in_messages')}.md").read_text()
     assert "raised ValueError" in leak
-    values = set()  # no input value of any hidden case appears in any feedback
+    text = "".join(p.read_text() for p in (tmp_path / "md").iterdir())
+    assert not [v for v in _hidden_values() if v in text]  # no input value of any case in any feedback
+
+
+def _hidden_values() -> set[str]:
+    """The first values of every floating-point input of every case, with and without the seed,
+    as 4-decimal text (0 and +-1 left out: they occur in any text)."""
+    values = set()
     for name in ASSIGNMENTS[A]:
         for seed in (None, SEED):
             for case in exercise(name).cases(seed):
@@ -677,8 +684,21 @@ def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp
                     for a in call.args:
                         if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 2:
                             values.update(f"{float(v):.4f}" for v in a.flatten()[:3] if v.isfinite())
-    text = "".join(p.read_text() for p in (tmp_path / "md").iterdir())
-    assert not [v for v in values if v in text and v not in ("0.0000", "1.0000", "-1.0000")]
+    return values - {"0.0000", "1.0000", "-1.0000"}
+
+
+def test_the_class_report_of_the_attack_class_reveals_no_hidden_input(graded, tmp_path):
+    """The report shows what the records hold (feedback, sources, answers): no input value of any
+    case, with or without the seed, in any page, in data.json or in the Markdown summary."""
+    from course_lib.autograder.report import write_report
+
+    db = graded[2]
+    site = write_report(db, tmp_path / "report", exercises=ROOT / "exercises", solutions=ROOT / "solutions")
+    md = write_report(db, None, fmt="md", exercises=ROOT / "exercises", solutions=ROOT / "solutions")
+    assert site.data["records"] == len(graded[4])
+    text = md.text + "".join(p.read_text(encoding="utf-8", errors="replace") for p in (tmp_path / "report").iterdir())
+    assert "inputs_in_messages" in text  # the student whose errors carry the inputs is listed
+    assert not [v for v in _hidden_values() if v in text]
 
 
 def test_sandbox_required_refuses_to_grade_without_isolation(tmp_path, monkeypatch):
