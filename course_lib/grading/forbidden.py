@@ -294,6 +294,14 @@ def _parse_cell(src: str) -> tuple[ast.Module | None, str]:
 _parsed = functools.lru_cache(maxsize=1024)(_parse_cell)
 
 
+@functools.lru_cache(maxsize=1024)
+def _cell_reading(src: str) -> tuple[dict[str, str], list[Ref]]:
+    """The local imports and the refs of a cached cell's tree (see :data:`_CACHED_CELL_CHARS`),
+    read once per grading process: only read, never changed."""
+    tree = _parsed(src)[0]
+    return ({}, []) if tree is None else (_local_imports(tree), list(_refs(tree)))
+
+
 # ---------------------------------------------------------------------------------------
 # Reading code: dotted names, scopes
 # ---------------------------------------------------------------------------------------
@@ -429,6 +437,7 @@ class StaticEnvironment:
         self.attr_bindings: dict[str, list[ast.AST]] = {}  # "torch.exp" = ... (monkeypatching)
         self.dynamic_bindings: list[ast.AST] = []  # values stored through globals()[...] or setattr()
         self._refs: dict[int, tuple[ast.AST, list[Ref]]] = {}  # id -> (node, its refs): node kept alive
+        self._imports: dict[int, tuple[ast.AST, dict[str, str]]] = {}  # id -> (node, its local imports)
         for tree in trees:
             for stmt in tree.body:
                 self._module_statement(stmt)
@@ -438,6 +447,12 @@ class StaticEnvironment:
                     if declared:
                         for sub in ast.walk(node):
                             self._store(sub, only=declared)
+
+    def local_imports(self, node: ast.AST) -> dict[str, str]:
+        """:func:`_local_imports` of ``node``, read once per notebook (never changed by callers)."""
+        if id(node) not in self._imports:
+            self._imports[id(node)] = (node, _local_imports(node))
+        return self._imports[id(node)][1]
 
     def refs(self, node: ast.AST) -> list[Ref]:
         """:func:`_refs` of ``node``, read once per notebook (each graded name's scan and the
@@ -685,7 +700,7 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
         local = _stored_names(node) if isinstance(node, (*_FUNCTIONS, ast.ClassDef)) else set()
         if isinstance(node, (*_FUNCTIONS, ast.ClassDef)) and hasattr(node, "name"):
             local.discard(node.name)
-        todo.append((node, local, _local_imports(node)))
+        todo.append((node, local, env.local_imports(node)))
 
     visit_name(name)
     for path in env.imports.get(name, ()):  # from torch import softmax
@@ -723,8 +738,11 @@ def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[st
     for cell in cells:
         if cell.tree is None:
             continue
-        local = _local_imports(cell.tree)
-        for ref in env.refs(cell.tree):
+        if len(cell.source) <= _CACHED_CELL_CHARS:
+            local, refs = _cell_reading(cell.source)
+        else:
+            local, refs = _local_imports(cell.tree), env.refs(cell.tree)
+        for ref in refs:
             if ref.dynamic:
                 continue
             reason = None
