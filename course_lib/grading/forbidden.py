@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .opwatch import resolve
-from .parsing import parse
+from .parsing import SHARED_CHARS, parse, parse_shared
 
 __all__ = [
     "ParsedCell",
@@ -265,20 +265,16 @@ def parse_cells(sources: Sequence[str], first: int = 1) -> list[ParsedCell]:
     deep, invalid characters) gets a ``problem`` and no tree: it is reported and not run."""
     cells = []
     for i, src in enumerate(sources, first):
-        tree, problem = _parsed(src) if len(src) <= _CACHED_CELL_CHARS else _parse_cell(src)
+        tree, problem = _parse_cell(src)
         cells.append(ParsedCell(i, src, tree, problem))
     return cells
 
 
-#: Cells up to this size are parsed once per grading process (a class's notebooks share most
-#: cells); the trees are only read, never changed, so sharing them between notebooks is safe.
-_CACHED_CELL_CHARS = 20_000
-
-
 def _parse_cell(src: str) -> tuple[ast.Module | None, str]:
-    """(tree, "") or (None, why the cell cannot be read)."""
+    """(tree, "") or (None, why the cell cannot be read). The tree is shared with every notebook
+    that has the same cell (:func:`~course_lib.grading.parsing.parse_shared`): only read here."""
     try:
-        return parse(src), ""
+        return parse_shared(src), ""
     except SyntaxError as e:
         where = f" (line {e.lineno})" if e.lineno else ""
         msg = " ".join(str(e.msg).split())[:200]
@@ -291,15 +287,13 @@ def _parse_cell(src: str) -> tuple[ast.Module | None, str]:
         return None, f"the code cannot be read ({type(e).__name__})"
 
 
-_parsed = functools.lru_cache(maxsize=1024)(_parse_cell)
-
-
 @functools.lru_cache(maxsize=1024)
 def _cell_reading(src: str) -> tuple[dict[str, str], list[Ref]]:
-    """The local imports and the refs of a cached cell's tree (see :data:`_CACHED_CELL_CHARS`),
-    read once per grading process: only read, never changed."""
-    tree = _parsed(src)[0]
-    return ({}, []) if tree is None else (_local_imports(tree), list(_refs(tree)))
+    """The local imports and the refs of a readable cell of at most
+    :data:`~course_lib.grading.parsing.SHARED_CHARS` characters, read once per grading process
+    from its shared tree: only read, never changed."""
+    tree = parse_shared(src)
+    return _local_imports(tree), list(_refs(tree))
 
 
 # ---------------------------------------------------------------------------------------
@@ -738,7 +732,7 @@ def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[st
     for cell in cells:
         if cell.tree is None:
             continue
-        if len(cell.source) <= _CACHED_CELL_CHARS:
+        if len(cell.source) <= SHARED_CHARS:
             local, refs = _cell_reading(cell.source)
         else:
             local, refs = _local_imports(cell.tree), env.refs(cell.tree)

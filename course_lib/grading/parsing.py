@@ -12,6 +12,7 @@ parses with ``ast.literal_eval``, takes it too).
 from __future__ import annotations
 
 import ast
+import functools
 import threading
 
 #: Held while the grader builds an AST (``ast.parse``, ``ast.literal_eval``).
@@ -31,3 +32,20 @@ def parse(source: str, filename: str = "<unknown>") -> ast.Module:
     """
     with LOCK:
         return ast.parse(source, filename=filename)
+
+
+#: Sources up to this size are parsed once per process by :func:`parse_shared` (a class's
+#: notebooks share most cells).
+SHARED_CHARS = 20_000
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_cached(source: str) -> ast.Module:
+    return parse(source)
+
+
+def parse_shared(source: str) -> ast.Module:
+    """:func:`parse` of ``source``, the same tree for the same source (up to
+    :data:`SHARED_CHARS` characters) within a process: the tree is shared, so callers only read
+    it, never change it. Raises what :func:`parse` raises (a failure is not kept)."""
+    return _parse_cached(source) if len(source) <= SHARED_CHARS else parse(source)

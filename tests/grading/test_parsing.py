@@ -69,3 +69,15 @@ def test_a_syntax_error_names_the_file():
     with pytest.raises(SyntaxError) as caught:
         parse("def f(:\n", filename="<cell 3>")
     assert caught.value.filename == "<cell 3>"
+
+
+def test_parse_shared_gives_one_tree_per_source_up_to_the_size_bound():
+    from course_lib.grading.parsing import SHARED_CHARS, parse_shared
+
+    small = "def f(x):\n    return x + 1\n"
+    assert parse_shared(small) is parse_shared(small)
+    assert ast.dump(parse_shared(small)) == ast.dump(ast.parse(small))
+    large = "x = 1\n" * (SHARED_CHARS // 6 + 1)  # a hostile notebook's huge cell is not kept
+    assert parse_shared(large) is not parse_shared(large)
+    with pytest.raises(SyntaxError):
+        parse_shared("def f(:\n")
