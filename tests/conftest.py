@@ -24,6 +24,20 @@ from hypothesis import HealthCheck, settings
 
 #: The repository's root folder (``solutions/``, ``exercises/``, ``book/``, ``_build/``).
 ROOT = Path(__file__).resolve().parents[1]
+#: Debian's chromium, which the browser tests drive through Playwright (``make test`` installs it).
+CHROMIUM = "/usr/bin/chromium"
+#: Its flags in the browser tests: no background traffic (this machine has no network).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+]
 
 settings.register_profile(
     "course_lib",

@@ -10,7 +10,7 @@ screenshots go to ``artifacts/screenshots/report-*.png`` for a person to look at
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT
+from conftest import CHROMIUM, CHROMIUM_ARGS, ROOT
 from playwright.sync_api import sync_playwright
 from test_report import gradebook  # noqa: F401  (the generated class, a module fixture)
 
@@ -18,18 +18,6 @@ from course_lib.autograder.report import write_report
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [  # no background traffic: this machine has no network
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-default-apps",
-    "--disable-extensions",
-]
 SHOTS = ROOT / "artifacts" / "screenshots"
 
 

@@ -24,25 +24,13 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import CHROMIUM, CHROMIUM_ARGS, ROOT
 from playwright.sync_api import sync_playwright
 
 pytestmark = pytest.mark.browser
 
 HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html")).resolve()
 SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [  # no background traffic: this machine has no network
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-default-apps",
-    "--disable-extensions",
-]
 MODES = ("light", "dark")
 
 
