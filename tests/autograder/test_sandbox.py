@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -172,6 +173,31 @@ def test_off_mode_still_never_runs_student_code_as_root():
     assert uid == euid == r.uid != 0  # so kill(-1) cannot reach the grader or anything else of root's
 
 
+def test_threads_left_by_the_cells_do_not_run_while_the_calls_are_answered(runner):
+    spinner = """
+import os, threading, time
+import torch
+state = {"ticks": 0}
+def spin():
+    while True:
+        state["ticks"] += 1
+        time.sleep(0.001)
+%s
+def ticks_while_called():
+    before = state["ticks"]
+    time.sleep(0.2)
+    return (state["ticks"] - before, os.getpid())
+"""
+    alone = run(runner, [spinner % ""], {"ticks_while_called": [Call()]})
+    left = run(
+        runner, [spinner % "threading.Thread(target=spin, daemon=True).start()"], {"ticks_while_called": [Call()]}
+    )
+    assert alone.status == left.status == "ok"
+    assert alone.outcomes["ticks_while_called"][0].value == (0, 1)  # no other thread: the calls run in PID 1
+    ticks, pid = left.outcomes["ticks_while_called"][0].value
+    assert ticks == 0 and pid != 1  # the thread kept running in PID 1; the calls ran in a fork without it
+
+
 def test_a_normal_job_returns_correct_values_identically_each_time(runner):
     job, _ = honest_job()
     first, second = runner.run(job), runner.run(job)
@@ -185,6 +211,23 @@ def test_a_normal_job_returns_correct_values_identically_each_time(runner):
             flat_b = vb if isinstance(vb, tuple) else (vb,)
             assert repr(flat_a) == repr(flat_b)
     assert torch.equal(first.outcomes["noisy"][0].value, second.outcomes["noisy"][0].value)  # seeded
+
+
+def test_huge_pages_reports_only_memory_it_backed_with_huge_pages():
+    from course_lib.autograder.sandbox.worker.zygote import huge_pages
+
+    def anon_huge() -> int:
+        for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1]) << 10
+        return 0
+
+    keep = [bytearray(8 << 20)]  # at least one whole huge page of anonymous memory to collapse
+    done = huge_pages()
+    assert done % (2 << 20) == 0 and anon_huge() >= done
+    if "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text():
+        assert done >= 2 << 20  # this kernel has huge pages: the warm worker's forks use them
+    del keep
 
 
 def test_the_sandbox_is_an_unprivileged_pid_1_without_a_view_of_the_machine(runner):
@@ -208,8 +251,8 @@ def who():
     uid, gid, pid, ppid, n_pids, hostname, home, course, root_writable, caps, nnp = res.outcomes["who"][0].value
     assert caps == 0 and nnp == 1  # no capabilities, and no way to gain any
     assert uid == gid == runner.uid and uid != 0
-    assert ppid == 1 and pid != 1  # the calls run in a child of the job's PID 1 (a fresh PID namespace)
-    assert n_pids == 2  # only the job's own two processes: no host process is visible
+    assert pid == 1 and ppid == 0  # the job's process is PID 1 of a fresh PID namespace
+    assert n_pids == 1  # only the job's own process: no host process is visible
     assert hostname == 1 and home == 0 and course == 0 and root_writable == 0
 
 

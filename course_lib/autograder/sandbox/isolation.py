@@ -169,7 +169,7 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
         "MALLOC_ARENA_MAX": "2",
     }
     py = [sys.executable, "-S", "-s", "-B", *(["-P"] if sys.version_info >= (3, 11) else []), "-c", BOOTSTRAP]
-    args = ["--isolation", isolation]
+    args = ["--isolation", isolation, "--watch-ops", ",".join(watched_operators())]
     for d in _site_dirs():
         args += ["--site", d]
     if probe:
@@ -248,6 +248,14 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
     else:
         raise ValueError(f"unknown isolation {isolation!r}")
     return cmd, env, tmp
+
+
+def watched_operators() -> list[str]:
+    """Every aten operator a rule can forbid: the warm worker wraps their kernels once
+    (:func:`~course_lib.grading.opwatch.wrap_operators`), so that no job pays for it."""
+    from ...grading.forbidden import OPS_OF_RULE
+
+    return sorted({op for ops in OPS_OF_RULE.values() for op in ops})
 
 
 class Spawner:

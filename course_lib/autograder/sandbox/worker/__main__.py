@@ -7,7 +7,8 @@ the package is imported here, up front: in namespaces mode the worker's own fold
 once the root file system is built.
 
 Arguments: ``--isolation bubblewrap|namespaces|none``, ``--opwatch PATH`` (the runtime-watch
-module's source, read at once), ``--site DIR`` (repeatable: where numpy and torch live),
+module's source, read at once), ``--watch-ops A,B`` (the aten operators whose kernels it wraps
+once, warm), ``--site DIR`` (repeatable: where numpy and torch live),
 ``--root JSON`` (namespaces mode: the allowlist to build the root from), ``--probe`` (run the
 jail recipe and print ``probe-ok``, without torch).
 """
@@ -26,12 +27,19 @@ def main(argv: list[str], home: str | None = None) -> int:
     """Parse the arguments, build the root (namespaces mode), then probe, or warm up and serve
     as the zygote until the grader says ``exit`` or goes away. ``home`` is the folder that was
     put on ``sys.path`` to import this package."""
-    args: dict = {"--isolation": "none", "--site": [], "--root": None, "--probe": False, "--opwatch": None}
+    args: dict = {
+        "--isolation": "none",
+        "--site": [],
+        "--root": None,
+        "--probe": False,
+        "--opwatch": None,
+        "--watch-ops": "",
+    }
     it = iter(argv)
     for a in it:
         if a == "--site":
             args["--site"].append(next(it))
-        elif a in ("--isolation", "--root", "--opwatch"):
+        elif a in ("--isolation", "--root", "--opwatch", "--watch-ops"):
             args[a] = next(it)
         elif a == "--probe":
             args["--probe"] = True
@@ -60,8 +68,8 @@ def main(argv: list[str], home: str | None = None) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    zygote.warm_up(opwatch_source)
-    z = zygote.Zygote(isolation, in_fd, out_fd, opwatch_source)
+    watch_module = zygote.warm_up(opwatch_source, [op for op in args["--watch-ops"].split(",") if op])
+    z = zygote.Zygote(isolation, in_fd, out_fd, watch_module)
     z.send(zygote.ready_frame())
     z.serve()
     return 0

@@ -326,7 +326,7 @@ def run_student(
     out_w: int,
     setup_w: int,
     scratch_host: str | None,
-    opwatch_source: str,
+    watch_module: types.ModuleType,
 ) -> int:
     """The student's process: set up the jail, drop privileges, run the student's cells and
     answer the calls. Returns the exit code."""
@@ -357,8 +357,7 @@ def run_student(
         (resource.RLIMIT_NPROC, int(limits["processes"])),
         (resource.RLIMIT_MSGQUEUE, 0),
     )
-    watch_module = load_opwatch(opwatch_source)  # resolved before any student code can patch torch
-    harness = StudentHarness(job, limits, watch_module)
+    harness = StudentHarness(job, limits, watch_module)  # the watches resolved before any student code runs
     drop_privileges(isolated, uid, rlimits)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -380,7 +379,8 @@ class StudentHarness:
 
     :meth:`run` runs the notebook's cells in a fresh ``__main__`` (each under the cell time
     limit, with fake ``course_lib`` modules and capped output), kills what they left running,
-    then forks a single-threaded child that answers the grader's calls one at a time
+    then answers the grader's calls one at a time, in this process if it has no other
+    thread, else in a single-threaded forked child
     (:meth:`_serve_calls`: each call's inputs arrive only when it is made; each call runs under
     the call limits and the runtime watch; its result is encoded as plain arrays). Every frame
     goes out signed through :class:`_Sender`.
@@ -434,6 +434,14 @@ class StudentHarness:
                     if time.monotonic() > until:
                         break
                     time.sleep(0.002)
+
+    @staticmethod
+    def _threads() -> int:
+        """How many threads this process has (0 if that cannot be read: then the calls fork)."""
+        try:
+            return len(os.listdir("/proc/self/task"))
+        except OSError:
+            return 0
 
     def _tensor_arg(self, node: Header, blob: bytes) -> Any:
         """A tensor argument from the grader's ``.npy`` bytes (each dtype and shape's header read once)."""
@@ -514,7 +522,7 @@ class StudentHarness:
 
     # ------------------------------------------------------------ phases
     def run(self) -> int:
-        """The cells, then the calls (in a child); returns the exit code."""
+        """The cells, then the calls (in a forked child if the cells left threads); returns the exit code."""
         torch = self.torch
         import random
 
@@ -539,9 +547,14 @@ class StudentHarness:
             if src:
                 self._run_cell(i, src, ns, submission_end)
         self._kill_strays()
-        # The calls run in C, a fork of this process from this thread: threads the cells left
-        # behind do not exist there. C may not start threads or processes, and this process
-        # closes its end of the channel, so nothing of the cells phase can answer a call.
+        # No code of the cells may run while the calls are answered. With this thread alone
+        # (the usual case) the calls run here: no thread can start once the calls' filter is
+        # installed, and no timer is left to interrupt them. When the cells left threads
+        # behind, the calls run in C, a fork of this process from this thread, where those
+        # threads do not exist; this process then closes its end of the channel and waits.
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        if self._threads() == 1:
+            return self._serve_calls(ns)
         for _attempt in range(50):
             try:
                 pid = os.fork()

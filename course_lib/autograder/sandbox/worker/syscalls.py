@@ -27,6 +27,7 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
 SECCOMP_MODE_FILTER = 2
+MADV_COLLAPSE = 25  # Linux 6.1+
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -73,6 +74,13 @@ def prctl(option: int, arg: int) -> None:
         libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
         "prctl",
     )
+
+
+def collapse(start: int, length: int) -> bool:
+    """Back ``length`` bytes at ``start`` (huge-page aligned) with huge pages now
+    (``madvise(MADV_COLLAPSE)``); False where the kernel cannot (too old, THP off, no memory)."""
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), ctypes.c_int(MADV_COLLAPSE)) == 0
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
