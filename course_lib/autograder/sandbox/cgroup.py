@@ -2,7 +2,7 @@
 
 Per-process limits (``RLIMIT_AS``) let a student fork 32 processes of 1 GB each; a cgroup
 counts them together. Each runner gets its own cgroup, created under the grader's own, that
-holds the warm worker, the job's supervisor and every process of the student. Its limit is the
+holds the warm worker and every process of the student. Its limit is the
 worker's footprint (measured once it is warm) plus the submission's ``memory_mb``; the student's
 processes are the first the kernel's OOM killer picks (``oom_score_adj`` 1000), so a submission
 over the limit is killed, never the worker.

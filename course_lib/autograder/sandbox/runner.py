@@ -2,9 +2,9 @@
 
 The grader never runs a student's code in its own process. A :class:`Runner` keeps one warm
 worker ("zygote", :mod:`course_lib.autograder.sandbox.worker`) that has already imported torch; for
-each submission the zygote forks a supervisor, which reads the job (the zygote never holds a
-byte of any submission) and forks a fresh process that runs the notebook's cells and then
-answers the grader's calls one at a time, inside these walls:
+each submission the zygote forks a fresh process, handed three pipes of the grader's own, that
+reads the job from the grader (the zygote never holds a byte of any submission), runs the
+notebook's cells and then answers the grader's calls one at a time, inside these walls:
 
 * **bubblewrap** (when ``bwrap`` works here): the zygote runs in an allowlisted, read-only
   file system (the system libraries, the Python install and its packages; never the course's
@@ -29,8 +29,10 @@ answers the grader's calls one at a time, inside these walls:
 The channel (see :mod:`course_lib.autograder.sandbox.worker`): every frame from the student's process
 carries a sequence number and an HMAC under a key made for this job, and is accepted only in
 its place: cell events, then ``cells_done``, then exactly one reply per call the grader sends,
-each call's inputs sent only when it is made. Anything else (a forged or out-of-order frame)
-is a *violation*: the job is stopped and the submission is held for review.
+each call's inputs sent only when it is made. Anything else (a forged or out-of-order frame,
+bytes that break the framing) is a *violation*: the job is stopped and the submission is held
+for review. How the process ended comes from the zygote over its own socket, which no
+student code can write to.
 
 Time limits: each cell gets ``cell_seconds`` of wall-clock time, each call ``call_seconds``
 of CPU time (robust to a busy machine; a wall-clock backstop of 5x catches a call that
@@ -53,6 +55,7 @@ import os
 import secrets
 import select
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -69,14 +72,16 @@ from . import isolation as iso
 from .cgroup import MemoryCgroup
 from .codec import BadResult, Budget, decode_value, encode_arg, encode_call
 from .worker import protocol
+from .worker.zygote import recv_packet, send_packet
 
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable"]
 
 BASE_UID = 60000
 _READY_SECONDS = 180.0  # a cold start imports torch; a loaded machine can be slow
 _MAX_FORWARDED = 10_000  # stand-in calls answered per submission
-_WATCHDOG_GRACE = 30.0  # the supervisor enforces the limit; this only catches a stuck worker
-_CGROUP_HEADROOM = 128 << 20  # the job's supervisor and the copy-on-write pages of a fork
+_WATCHDOG_GRACE = 30.0  # the zygote enforces the limit; this only catches a stuck worker
+_CGROUP_HEADROOM = 128 << 20  # the copy-on-write pages of a fork
+_DRAIN_SECONDS = 1.0  # after the end packet: for what the student's process wrote before it ended
 
 
 class SandboxUnavailable(RuntimeError):
@@ -144,6 +149,69 @@ class _NotSent(_Lost):
     """The job could not be handed to the worker."""
 
 
+class _Tail:
+    """The first ``cap`` bytes printed are kept; the last TAIL_BYTES of those are reported."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.total = 0
+        self.buf = bytearray()
+
+    def add(self, data: bytes) -> None:
+        room = self.cap - self.total
+        if room > 0:
+            self.buf += data[:room]
+            if len(self.buf) > 2 * protocol.TAIL_BYTES:
+                del self.buf[: -protocol.TAIL_BYTES]
+        self.total += len(data)
+
+    def text(self) -> str:
+        s = bytes(self.buf[-protocol.TAIL_BYTES :]).decode("utf-8", "replace")
+        if self.total > self.cap:
+            s += f"\n[output truncated: {self.total:,} bytes printed, only the first {self.cap:,} kept]"
+        return s
+
+
+class _Pipes:
+    """One job's three pipes: requests (grader -> student), results (student -> grader) and
+    the student's output. The student's ends go to the zygote with the fork request."""
+
+    def __init__(self, output_bytes: int):
+        self.req_r, self.req_w = os.pipe()
+        self.res_r, self.res_w = os.pipe()
+        self.out_r, self.out_w = os.pipe()
+        os.set_blocking(self.req_w, False)
+        self.student_ends: list[int] = [self.req_r, self.res_w, self.out_w]
+        self.reading = {self.res_r, self.out_r}  # not at the end yet
+        self.results = protocol.FrameReader()  # the student's frames: an untrusted stream, capped
+        self.broken = False  # the results stream broke the framing: nothing more is read from it
+        self.tail = _Tail(output_bytes)
+
+    def handed_over(self) -> None:
+        for fd in self.student_ends:
+            os.close(fd)
+        self.student_ends = []
+
+    def read(self, fd: int) -> None:
+        data = os.read(fd, 1 << 20)
+        if not data:
+            self.reading.discard(fd)
+        elif fd == self.out_r:
+            self.tail.add(data)
+        elif not self.broken:
+            try:
+                self.results.feed(data)
+            except protocol.ProtocolError:
+                self.broken = True
+
+    def close(self) -> None:
+        for fd in (self.req_w, self.res_r, self.out_r, *self.student_ends):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 # --------------------------------------------------------------------------- one conversation
 
 
@@ -152,8 +220,8 @@ class _Conversation:
     (HMAC, sequence, place in the protocol), sends the calls one at a time, and collects what
     comes back."""
 
-    def __init__(self, runner: Runner, job: Job, key: bytes, deadline: float):
-        self.runner, self.job, self.key, self.deadline = runner, job, key, deadline
+    def __init__(self, runner: Runner, job: Job, key: bytes, deadline: float, pipes: _Pipes):
+        self.runner, self.job, self.key, self.deadline, self.pipes = runner, job, key, deadline, pipes
         self.outcomes: dict[str, list[Outcome | None]] = {n: [None] * len(cs) for n, cs in job.calls.items()}
         self.missing: list[str] = []
         self.not_own: dict[str, str] = {}
@@ -167,29 +235,80 @@ class _Conversation:
         self.aborted = False
         self.skipped: set[str] = set()  # stand-in runs not needed
         self.forwarded = 0  # stand-in calls answered
+        self.frames: list[tuple[protocol.Header, list[bytes], bytes]] = []  # read, not yet taken
+        self.end: dict | None = None  # the zygote's end packet, once it came
+        self.drain_until = 0.0
 
     # ---------------------------------------------------------------- frames
     def _next(self) -> dict:
-        """The next frame of the student's process (verified), or the supervisor's end frame
-        (``{"t": "end", ...}``)."""
+        """The next frame of the student's process (verified), or, once everything it wrote
+        before it ended is read, the zygote's end packet (``{"t": "end", "end": {...}}``)."""
         while True:
+            if self.frames:
+                header, blobs, raw = self.frames.pop(0)
+                if self.aborted:
+                    continue
+                g = self._verify(raw, blobs)
+                if g is not None:
+                    g["_blobs"] = blobs[:-1]
+                    return g
+                continue
+            if not self.pipes.broken:
+                try:
+                    self.frames = self.pipes.results.frames()
+                except protocol.ProtocolError:
+                    self.pipes.broken = True
+            if self.pipes.broken:  # only student code writes bytes that break the framing
+                self._violation("malformed data on the grader's channel")
+            if self.frames:
+                continue
+            if self.end is not None and (
+                self.pipes.res_r not in self.pipes.reading or time.monotonic() > self.drain_until
+            ):
+                return {"t": "end", "end": self.end}
+            self._pump(self.drain_until if self.end is not None else self.deadline)
+
+    def _pump(self, until: float, write: memoryview | None = None) -> int:
+        """Wait for the results and output pipes and the control socket until ``until``, and
+        read what came; with ``write``, also write the start of it to the requests pipe (the
+        bytes written are returned). Raises _Lost when the worker is gone or past the deadline."""
+        left = until - time.monotonic()
+        if left <= 0:
+            if self.end is not None:
+                self.drain_until = 0.0
+                return 0
+            raise _Lost("the sandbox stopped responding")
+        ctrl = self.runner._ctrl_fd()
+        watch = [*self.pipes.reading, *([ctrl] if self.end is None else [])]
+        ready, writable, _ = select.select(watch, [self.pipes.req_w] if write is not None else [], [], left)
+        for fd in ready:
+            if fd == ctrl:
+                got = self.runner._recv()
+                if got is None:
+                    raise _Lost("the sandbox stopped responding")
+                if got.get("t") == "end":
+                    self.end = got
+                    self.drain_until = time.monotonic() + _DRAIN_SECONDS
+            else:
+                self.pipes.read(fd)
+        if writable and write is not None:
             try:
-                frame = self.runner._read_frame(self.deadline)
-            except protocol.ProtocolError as e:
-                raise _Lost(f"the sandbox sent malformed data ({e})") from None
-            if frame is None:
-                raise _Lost("the sandbox stopped responding")
-            h, b = frame
-            if h.get("t") == "end":
-                return {"t": "end", "end": h}
-            if h.get("t") != "g" or not b:
-                continue
-            if self.aborted:
-                continue
-            g = self._verify(b[0], b[1:])
-            if g is not None:
-                g["_blobs"] = b[1:-1]
-                return g
+                return os.write(self.pipes.req_w, write[: 1 << 16])
+            except BlockingIOError:
+                return 0
+        return 0
+
+    def send(self, header: protocol.Header, blobs=()) -> bool:
+        """One frame to the student's process (False once it cannot take it: it ended)."""
+        view = memoryview(protocol.encode_frame(header, blobs))
+        while view:
+            if self.end is not None:
+                return False
+            try:
+                view = view[self._pump(self.deadline, view) :]
+            except BrokenPipeError:
+                return False
+        return True
 
     def _verify(self, raw: bytes, blobs: list[bytes]) -> dict | None:
         if not blobs or len(blobs[-1]) != protocol.MAC_BYTES:
@@ -212,7 +331,7 @@ class _Conversation:
             self.violations.append(why)
         if not self.aborted:
             self.aborted = True
-            self.runner._send({"t": "abort"}, (), self.deadline)
+            self.runner._send_ctrl({"t": "abort"})
         return None
 
     def _event(self, g: dict) -> bool:
@@ -236,7 +355,7 @@ class _Conversation:
 
     # ---------------------------------------------------------------- phases
     def _wait(self, accept) -> dict:
-        """Frames until one that ``accept`` takes, or the supervisor's end frame (returned).
+        """Frames until one that ``accept`` takes, or the zygote's end packet (returned).
         Events are handled on the way; anything else is a violation."""
         while True:
             g = self._next()
@@ -254,7 +373,7 @@ class _Conversation:
                 )
 
     def run(self) -> dict:
-        """Talk the job through; returns the supervisor's end frame."""
+        """Talk the job through; returns the zygote's end packet."""
         g = self._wait(lambda g: g.get("t") == "cells_done")
         if g["t"] == "end":
             return g["end"]
@@ -275,14 +394,14 @@ class _Conversation:
                 header, blobs = encode_call(k, name, call)
                 if standins:
                     header["standins"] = list(standins)
-                if self.aborted or not self.runner._send(header, blobs, self.deadline):
+                if self.aborted or not self.send(header, blobs):
                     return self._wait(lambda g: False)["end"]
                 g = self._wait(lambda g, k=k, s=standins: self._reply_or_forward(g, k, s))
                 if g["t"] == "end":
                     return g["end"]
                 self.outcomes[key][i] = self._outcome(g)
                 k += 1
-        if not self.aborted and self.runner._send({"t": "finish"}, (), self.deadline):
+        if not self.aborted and self.send({"t": "finish"}):
             g = self._wait(lambda g: g.get("t") == "bye")
             if g["t"] == "end":
                 return g["end"]
@@ -319,7 +438,7 @@ class _Conversation:
         blobs: list[bytes] = []
         if out.status == "ok":
             reply["value"] = encode_arg(out.value, blobs)
-        self.runner._send(reply, blobs, self.deadline)
+        self.send(reply, blobs)
         return None
 
     def _outcome(self, g: dict) -> Outcome:
@@ -342,17 +461,17 @@ class _Conversation:
 
 @dataclass(frozen=True)
 class _Ending:
-    """How a job's student process ended, from the supervisor's end frame (see
+    """How a job's student process ended, from the zygote's end packet (see
     :mod:`.worker.zygote`): ``kind`` is ``"exit"`` (``detail``: the exit code), ``"signal"``
-    (its name), ``"memory"``, ``"protocol"`` (malformed frames), ``"review"``, ``"lost"`` (the
-    worker died or hung), or another reason of the supervisor's, with ``detail`` in words."""
+    (its name), ``"memory"``, ``"review"``, ``"lost"`` (the worker died or hung), or another
+    reason of the zygote's, with ``detail`` in words."""
 
     kind: str
     detail: str = ""
 
     @staticmethod
     def of(end: dict, bye: bool) -> tuple[str, _Ending]:
-        """The run's status and the ending, from an end frame (``bye``: the calls all ended)."""
+        """The run's status and the ending, from an end packet (``bye``: the calls all ended)."""
         status = end.get("status")
         if status == "exited":
             code, sig = end.get("exit_code"), end.get("signal")
@@ -421,6 +540,7 @@ class Runner:
         self.isolation = isolation
         self.cgroup: MemoryCgroup | None = None
         self._proc: subprocess.Popen | None = None
+        self._ctrl: socket.socket | None = None
         self._ready = False
         self._log: IO[bytes] | None = None
         self._tmp: str | None = None
@@ -464,21 +584,25 @@ class Runner:
             cmd = self.cgroup.wrap(cmd)
         self._log = tempfile.TemporaryFile()
         self._tmp = tmp
-        self._proc = iso.spawner.popen(
-            cmd,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            start_new_session=True,
-            cwd="/",
-            close_fds=True,
-        )
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        os.set_blocking(self._proc.stdin.fileno(), False)
-        self._reader = protocol.FrameReader(max_header=64 << 20, max_total=1 << 62)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = iso.spawner.popen(
+                cmd,
+                env=env,
+                stdin=theirs.fileno(),
+                stdout=theirs.fileno(),
+                stderr=self._log,
+                start_new_session=True,
+                cwd="/",
+                close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._ctrl = ours
         self._ready = False
-        self._pending: list = []
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, Runner._cleanup, [self._proc, tmp, self.cgroup])
 
@@ -491,24 +615,47 @@ class Runner:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-            for f in (proc.stdin, proc.stdout):
-                try:
-                    if f is not None:
-                        f.close()
-                except OSError:
-                    pass
+        if self._ctrl is not None:
+            self._ctrl.close()
+            self._ctrl = None
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         if self._log is not None:
             self._log.close()
             self._log = None
 
-    def _stream(self, name: str) -> int:
-        """The file descriptor of the worker's ``stdin`` or ``stdout`` (ValueError once stopped)."""
-        f = getattr(self._proc, name, None)
-        if f is None:
+    def _ctrl_fd(self) -> int:
+        """The control socket's descriptor (ValueError once stopped)."""
+        if self._ctrl is None:
             raise ValueError("the sandbox worker is not running")
-        return f.fileno()
+        return self._ctrl.fileno()
+
+    def _recv(self, deadline: float | None = None) -> dict | None:
+        """The zygote's next packet (waiting until ``deadline`` if given); None at the end of
+        the stream or past the deadline. Descriptors (the zygote never sends any) are closed."""
+        try:
+            fd = self._ctrl_fd()
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    return None
+            assert self._ctrl is not None
+            got = recv_packet(self._ctrl)
+        except (OSError, ValueError):
+            return None
+        if got is None:
+            return None
+        for extra in got[1]:
+            os.close(extra)
+        return got[0]
+
+    def _send_ctrl(self, message: dict, fds: list[int] | None = None) -> bool:
+        try:
+            assert self._ctrl is not None
+            send_packet(self._ctrl, message, fds or ())
+            return True
+        except (OSError, AssertionError):
+            return False
 
     def _log_tail(self) -> str:
         try:
@@ -518,53 +665,6 @@ class Runner:
         except (OSError, ValueError, AttributeError):
             return ""
 
-    def _read_frame(self, deadline: float) -> tuple[dict, list[bytes]] | None:
-        """The worker's next frame, or None at EOF or past the deadline."""
-        fd = self._stream("stdout")
-        while True:
-            if self._pending:
-                header, blobs, _raw = self._pending.pop(0)
-                return header, blobs
-            got = self._reader.frames()
-            if got:
-                self._pending = got
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                return None
-            data = os.read(fd, 1 << 20)
-            if not data:
-                return None
-            self._reader.feed(data)
-
-    def _write(self, data: bytes, deadline: float) -> bool:
-        fd = self._stream("stdin")
-        view = memoryview(data)
-        while view:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            _, ready, _ = select.select([], [fd], [], left)
-            if not ready:
-                continue
-            try:
-                n = os.write(fd, view[: 1 << 16])
-            except BlockingIOError:
-                continue
-            except (BrokenPipeError, OSError):
-                return False
-            view = view[n:]
-        return True
-
-    def _send(self, header: dict, blobs, deadline: float) -> bool:
-        try:
-            return self._write(protocol.encode_frame(header, blobs), deadline)
-        except (OSError, ValueError):
-            return False
-
     def _ensure_ready(self) -> None:
         for attempt in range(2):
             if self._proc is None or self._proc.poll() is not None:
@@ -572,9 +672,8 @@ class Runner:
                 self._start()
             if self._ready:
                 return
-            self._pending = []
-            frame = self._read_frame(time.monotonic() + _READY_SECONDS)
-            if frame is not None and frame[0].get("t") == "ready":
+            packet = self._recv(time.monotonic() + _READY_SECONDS)
+            if packet is not None and packet.get("t") == "ready":
                 self._ready = True
                 if self.cgroup is not None:  # the warm worker's footprint, plus the submission's share
                     self.cgroup.set_limit(self.cgroup.usage() + (self.limits.memory_mb << 20) + _CGROUP_HEADROOM)
@@ -587,23 +686,32 @@ class Runner:
                 )
             self._start()
 
-    def _begin(self, job: Job, key: bytes, deadline: float) -> None:
-        """Hand one job to the worker: a bare fork request (the warm worker never reads a job),
-        then the job itself, which the job's own supervisor reads."""
+    def _begin(self, pipes: _Pipes) -> _Pipes:
+        """Hand one job to the worker: a fork request with the student's ends of ``pipes``
+        (the zygote never reads a job); the job itself goes down the requests pipe."""
+        if not self._send_ctrl({"t": "fork", "limits": self._limits(), "uid": self.uid}, pipes.student_ends):
+            pipes.close()
+            raise _NotSent("the sandbox stopped responding")
+        pipes.handed_over()
+        return pipes
+
+    def _limits(self) -> dict[str, Any]:
         lim = asdict(self.limits)
         if lim.get("cell_seconds") is None:
             lim["cell_seconds"] = self.limits.submission_seconds / 2
-        header = {
+        return lim
+
+    def _job_frame(self, job: Job, key: bytes) -> dict:
+        """The job for the student's process: its cells, the graded names, the runtime watch,
+        the limits and the key it signs its frames with."""
+        return {
             "t": "job",
             "cells": [valid_utf8(python_source(c)) for c in job.cells],
             "names": list(job.calls),
             "watch": job.watch,
-            "limits": lim,
-            "uid": self.uid,
+            "limits": self._limits(),
             "key": key.hex(),
         }
-        if not (self._send({"t": "fork"}, (), deadline) and self._send(header, (), deadline)):
-            raise _NotSent("the sandbox stopped responding")
 
     # ------------------------------------------------------------ public
     def run(self, job: Job) -> RunResult:
@@ -615,28 +723,28 @@ class Runner:
             self._ensure_ready()
             deadline = t0 + self.limits.submission_seconds + _WATCHDOG_GRACE
             oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
-            self._pending = []
-            self._reader = protocol.FrameReader(max_header=1 << 20, max_total=protocol.MAX_RESULT_BYTES + (8 << 20))
             lost = "the sandbox stopped responding"
-            conv = _Conversation(self, job, secrets.token_bytes(32), deadline)
+            conv = _Conversation(self, job, secrets.token_bytes(32), deadline, _Pipes(self.limits.output_bytes))
             end: dict | None = None
             try:
                 try:
-                    self._begin(job, conv.key, deadline)
+                    conv.pipes = self._begin(conv.pipes)
                 except _NotSent:
                     # the worker had died before taking the job (no student code ran): once more
                     self._stop()
                     self._ensure_ready()
-                    self._pending = []
-                    self._begin(job, conv.key, deadline)
+                    conv.pipes = self._begin(_Pipes(self.limits.output_bytes))
+                conv.send(self._job_frame(job, conv.key))  # if it could not all go, the end tells why
                 end = conv.run()
             except _Lost as e:
                 lost, end = str(e), None
             except BaseException:
                 # interrupted mid-job (KeyboardInterrupt...): the worker may still be talking
                 # about this job, so it must not serve the next one
+                conv.pipes.close()
                 self._stop()
                 raise
+            conv.pipes.close()
             oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
             if end is None:
                 # The worker died or hung: restart it; this submission counts as crashed.
@@ -651,9 +759,7 @@ class Runner:
                     self._stop()
                     raise SandboxUnavailable(valid_utf8(end.get("message"))[:2000])
                 status, why_ended = _Ending.of(end, conv.bye)
-                tail = valid_utf8(end.get("tail"))[-8000:]
-                if why_ended.kind == "protocol":  # only bytes written to the channel by student code
-                    conv.violations.append("malformed data on the grader's channel")
+                tail = valid_utf8(conv.pipes.tail.text())[-8000:]
             if conv.violations:
                 status, why_ended = "review", _Ending("review", "; ".join(conv.violations))
             elif oom and status == "crashed":
@@ -740,9 +846,7 @@ class Runner:
             proc = self._proc
             if proc is not None and proc.poll() is None and self._ready:
                 try:
-                    self._write(protocol.encode_frame({"t": "exit"}), time.monotonic() + 1.0)
-                    if proc.stdin is not None:
-                        proc.stdin.close()
+                    self._send_ctrl({"t": "exit"})
                     proc.wait(timeout=2)
                 except (OSError, ValueError, subprocess.TimeoutExpired):
                     pass

@@ -10,7 +10,7 @@ inside bubblewrap, with this folder bound read-only into the jail; it must never
   limits, value trees).
 * :mod:`.syscalls`: C library wrappers and the seccomp filters.
 * :mod:`.jail`: the per-job jail (used by every job and by the probe).
-* :mod:`.zygote`: the warm zygote and the supervisor of each job.
+* :mod:`.zygote`: the warm zygote, which forks and supervises each job's student process.
 * :mod:`.student`: the jailed student process (cells, then calls).
 * :mod:`.rootfs`: namespaces mode's root file system.
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 
 from . import jail, protocol, rootfs, student, syscalls, zygote  # noqa: F401 - all imported before the root is built
@@ -62,14 +63,13 @@ def main(argv: list[str], home: str | None = None) -> int:
         rootfs.build_root(json.loads(args["--root"]))
     if args["--probe"]:
         return jail.probe(isolation)
-    in_fd = os.dup(0)
-    out_fd = os.dup(1)
+    ctrl = socket.socket(fileno=os.dup(0))  # the control socket: stdin and stdout (see .zygote)
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
     watch_module = zygote.warm_up(opwatch_source, [op for op in args["--watch-ops"].split(",") if op])
-    z = zygote.Zygote(isolation, in_fd, out_fd, watch_module)
+    z = zygote.Zygote(isolation, ctrl, watch_module)
     z.send(zygote.ready_frame())
     z.serve()
     return 0

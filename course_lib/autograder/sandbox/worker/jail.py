@@ -58,7 +58,7 @@ def enter_jail(isolated: bool, uid: int, scratch_mb: int, scratch_host: str | No
 
 def drop_privileges(isolated: bool, uid: int, rlimits: Iterable[tuple[int, int]]) -> None:
     """Set the rlimits, become ``uid`` with no capabilities, no_new_privs, not dumpable, an
-    OOM-killer target, killed with the supervisor; then the seccomp filter."""
+    OOM-killer target, killed with the zygote; then the seccomp filter."""
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")  # if memory runs out, the student's processes go first

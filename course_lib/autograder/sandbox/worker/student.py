@@ -1,10 +1,11 @@
 """The jailed student process: the notebook's cells, then the grader's calls.
 
-Forked by the job's supervisor (:mod:`.zygote`) as PID 1 of a new PID namespace, it sets up
-its jail as root (:mod:`.jail`), reports "setup done" on a pipe that it closes before any
-student code runs (so a failed setup is told apart from anything a student can do), drops to
-an unprivileged uid with the seccomp filter, runs the cells, then answers the grader's calls
-**one at a time** (a call's inputs arrive only when the grader asks for it).
+Forked by the zygote (:mod:`.zygote`) as PID 1 of a new PID namespace, it sets up its jail as
+root (:mod:`.jail`), reads its job from the grader's requests pipe, reports "setup done" on a
+pipe that it closes before any student code runs (so a failed setup is told apart from
+anything a student can do), drops to an unprivileged uid with the seccomp filter, runs the
+cells, then answers the grader's calls **one at a time** (a call's inputs arrive only when the
+grader asks for it).
 
 Every frame it sends carries a sequence number and an HMAC under the job's key
 (:func:`.protocol.encode_signed_frame`). Student code shares this process, so it can write to
@@ -17,6 +18,7 @@ for a result.
 from __future__ import annotations
 
 import builtins
+import fcntl
 import io
 import linecache
 import math
@@ -292,7 +294,7 @@ def load_opwatch(source: str) -> types.ModuleType:
 
 
 class _Sender:
-    """The student process's frames to the supervisor over fd 3, each with a sequence number and an HMAC under the
+    """The student process's frames to the grader over fd 3, each with a sequence number and an HMAC under the
     job's key, so that bytes written to the pipe by student code are told apart."""
 
     def __init__(self, fd: int, key: bytes):
@@ -320,30 +322,30 @@ class _Sender:
 
 def run_student(
     isolated: bool,
-    job: Header,
-    res_w: int,
+    limits: dict[str, Any],
+    uid: int,
     req_r: int,
+    res_w: int,
     out_w: int,
     setup_w: int,
     scratch_host: str | None,
     watch_module: types.ModuleType,
 ) -> int:
-    """The student's process: set up the jail, drop privileges, run the student's cells and
-    answer the calls. Returns the exit code."""
-    limits = job["limits"]
-    uid = int(job["uid"])
+    """The student's process: set up the jail, read the job from the grader, drop privileges,
+    run the student's cells and answer the calls. Returns the exit code."""
     scratch = enter_jail(isolated, uid, int(limits["scratch_mb"]), scratch_host)
     # fds: 0 = /dev/null, 1 and 2 = output pipe, 3 = our frames, 4 = requests, 5 = setup; nothing else open.
     devnull = os.open("/dev/null", os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(out_w, 1)
-    os.dup2(out_w, 2)
-    os.dup2(res_w, RESULTS_FD)
-    os.dup2(req_r, REQUESTS_FD)
-    os.dup2(setup_w, SETUP_FD)
+    wanted = {0: devnull, 1: out_w, 2: out_w, RESULTS_FD: res_w, REQUESTS_FD: req_r, SETUP_FD: setup_w}
+    high = {fd: fcntl.fcntl(src, fcntl.F_DUPFD, SETUP_FD + 1) for fd, src in wanted.items()}
+    for fd, src in high.items():  # every source moved above SETUP_FD first: no dup2 clobbers another's
+        os.dup2(src, fd)
     os.closerange(SETUP_FD + 1, max(1 << 16, os.sysconf("SC_OPEN_MAX")))
     for fd in (0, 1, 2):
         os.set_inheritable(fd, True)
+    job, _ = read_frame_blocking(REQUESTS_FD)  # the grader's, straight from its pipe
+    if job.get("t") != "job":
+        raise RuntimeError("the grader sent no job")
     with open("/proc/self/statm", "rb") as f:
         vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     as_limit = vm_bytes + int(limits["memory_mb"]) * (1 << 20)

@@ -1,180 +1,125 @@
-"""The zygote (the warm worker) and the supervisor of each job.
+"""The zygote (the warm worker), which forks and supervises each job's student process.
 
-Processes, for one submission::
+Processes and channels, for one submission::
 
-    grader --(pipes)--> zygote --fork--> supervisor --unshare(CLONE_NEWPID); fork--> student
-                        (warm: torch     (one per job: reads     (PID 1 of a new PID namespace;
-                        imported; never  the job, relays the     own mount, IPC, UTS, network
-                        sees job data)   student's frames,       namespaces; scratch tmpfs, new
-                                         enforces the wall-      /proc, rlimits, unprivileged uid,
-                                         clock limit)            no_new_privs, seccomp; runs the
-                                                                 cells, then answers calls)
+    grader ==(control socket)== zygote --unshare(CLONE_NEWPID); fork--> student
+       |                        (warm: torch imported;                  (PID 1 of a new PID namespace;
+       |                        never reads a byte of a job)             own mount, IPC, UTS, network
+       +------(three pipes, handed over with the fork request)-------->  namespaces; scratch tmpfs, new
+              requests (grader -> student), results (student ->          /proc, rlimits, unprivileged
+              grader), output (the student's stdout and stderr)          uid, no_new_privs, seccomp; runs
+                                                                         the cells, then answers calls)
 
-The supervisor's last frame for a job is its *end frame*: ``{"t": "end", "status":
-"exited"|"timeout"|"crashed"|"fatal", ...}`` with, for ``exited``, ``exit_code`` or
-``signal`` (how the student's process ended), for ``crashed``, ``reason`` (one of
-:data:`REASONS`) and ``message``, for ``fatal`` (the jail could not be set up, before any
-student code ran), ``message``; always ``tail`` (the end of what was printed), ``printed``
-and ``seconds``.
+The control socket (``AF_UNIX``, ``SOCK_SEQPACKET``: one packet per message) is the zygote's
+stdin and stdout. The grader sends ``fork`` (the job's limits and uid, with the student's ends
+of the three pipes attached as ``SCM_RIGHTS``), ``abort`` and ``exit``; the zygote sends
+``ready`` once warm and one *end* packet per job. The job itself (cells, calls, inputs) goes
+from the grader straight into the student's requests pipe, so the zygote, which every later
+job is forked from, never holds a byte of any submission or of the grader's inputs: a job that
+scans its own memory finds nothing of the student graded before it.
+
+The end packet: ``{"t": "end", "status": "exited"|"timeout"|"crashed"|"fatal", ...}`` with, for
+``exited``, ``exit_code`` or ``signal`` (how the student's process ended), for ``crashed``,
+``reason`` (one of :data:`REASONS`) and ``message``, for ``fatal`` (the jail could not be set up,
+before any student code ran), ``message``; always ``seconds``.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
 import types
-from collections.abc import Iterable
 from typing import Any
 
 from . import syscalls as sc
-from .protocol import (
-    SETUP_FD,
-    TAIL_BYTES,
-    FrameReader,
-    Header,
-    ProtocolError,
-    encode_frame,
-    read_frame_blocking,
-    write_all,
-)
+from .protocol import SETUP_FD, Header, write_all
 from .student import load_opwatch, run_student
 
-#: Why the supervisor stopped a job's student process (an end frame's ``reason``).
-REASONS = ("timeout", "memory", "protocol", "grader_gone", "aborted", "no_process")
+#: Why the zygote stopped a job's student process (an end packet's ``reason``).
+REASONS = ("timeout", "memory", "grader_gone", "aborted", "no_process")
+PACKET_BYTES = 1 << 16  # the largest control packet
+JOB_FDS = 3  # the student's ends of the requests, results and output pipes
+
+
+def send_packet(sock: socket.socket, message: Header, fds: list[int] | tuple[int, ...] = ()) -> None:
+    """One control message (JSON), with file descriptors attached."""
+    data = json.dumps(message, separators=(",", ":")).encode()
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.sendall(data)
+
+
+def recv_packet(sock: socket.socket) -> tuple[Header, list[int]] | None:
+    """One control message and the descriptors that came with it; None at the end of the stream.
+    A packet that is not a JSON object reads as ``{}``."""
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(sock, PACKET_BYTES, JOB_FDS + 1)
+    except ConnectionError:
+        return None
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None
+    try:
+        message = json.loads(data)
+    except ValueError:
+        message = None
+    return (message if isinstance(message, dict) else {}), list(fds)
 
 
 class Zygote:
-    """The warm process: torch imported once, forks one :class:`Supervisor` per job.
+    """The warm process: torch imported once; forks each job's student process, enforces its
+    wall-clock limit and reports how it ended. It reads only control packets, never a job."""
 
-    It only ever reads bare ``fork`` (and ``exit``) frames from the grader; the job itself is
-    read by the forked supervisor, so the zygote, which every later job is forked from, never
-    holds a byte of any submission: a job that scans its own memory finds nothing of the
-    student graded before it.
-    """
-
-    def __init__(self, isolation: str, in_fd: int, out_fd: int, watch_module: types.ModuleType):
+    def __init__(self, isolation: str, ctrl: socket.socket, watch_module: types.ModuleType):
         self.isolation = isolation
         self.isolated = isolation in ("bubblewrap", "namespaces")
-        self.in_fd = in_fd
-        self.out_fd = out_fd
+        self.ctrl = ctrl
         self.watch_module = watch_module  # loaded and warmed once, before any job
+        # to leave each job's PID namespace again after forking into it
+        self.pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if self.isolated else -1
 
-    def send(self, header: Header, blobs: Iterable[bytes] = ()) -> None:
-        write_all(self.out_fd, encode_frame(header, blobs))
+    def send(self, message: Header) -> None:
+        send_packet(self.ctrl, message)
 
     def serve(self) -> None:
-        """Fork a supervisor per ``fork`` request, until ``exit`` or the end of the stream."""
+        """Run a job per ``fork`` request, until ``exit`` or the end of the stream."""
         while True:
-            try:
-                header, _ = read_frame_blocking(self.in_fd)
-            except EOFError:
+            got = recv_packet(self.ctrl)
+            if got is None:
                 return
-            t = header.get("t")
+            message, fds = got
+            t = message.get("t")
+            if t == "fork" and len(fds) == JOB_FDS:
+                if not self.job(message, *fds):
+                    return  # the grader went away
+                continue
+            for fd in fds:
+                os.close(fd)
             if t == "exit":
                 return
-            if t != "fork":
-                continue  # a request that arrived after its job ended: dropped
-            pid = os.fork()
-            if pid == 0:
-                code = 70
-                try:
-                    code = Supervisor(self).run()
-                except BaseException:  # noqa: BLE001 - the supervisor's own failure, reported below
-                    traceback.print_exc()
-                os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            if status != 0:
-                # the supervisor failed: the grader's stream may be out of step with us; end, and
-                # let the grader start a fresh zygote
-                return
+            # anything else (an abort that arrived after its job ended) is dropped
 
-
-class Supervisor:
-    """One job: reads it from the grader, forks the student's process into a new PID
-    namespace, relays frames both ways, enforces the wall-clock limit, and reports how the
-    student's process ended (the end frame). Never runs student code."""
-
-    def __init__(self, zygote: Zygote):
-        self.z = zygote
-        self.isolated = zygote.isolated
-        self.killed: tuple[str, str] | None = None  # (reason, detail) once the student's process is killed
-        self.bad_stream = False
-        self.grader_open = True
-        self.pending = bytearray()  # the grader's requests not yet taken by the student's process
-        self.reader = FrameReader()
-        self.pid = 0
-
-    def send(self, header: Header, blobs: Iterable[bytes] = ()) -> None:
-        write_all(self.z.out_fd, encode_frame(header, blobs))
-
-    def _end(self, status: str, t0: float, tail: _Tail | None = None, **fields: Any) -> None:
-        self.send(
-            {
-                "t": "end",
-                "status": status,
-                "message": "",
-                **fields,
-                "tail": tail.text() if tail else "",
-                "printed": tail.total if tail else 0,
-                "seconds": time.monotonic() - t0,
-            }
-        )
-
-    def _kill(self, reason: str, detail: str = "") -> None:
-        if self.killed is None:
-            self.killed = (reason, detail)
-        try:
-            os.kill(self.pid, signal.SIGKILL)  # PID 1 of its namespace: everything it started dies too
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def _from_student(self, data: bytes) -> None:
-        if self.bad_stream:
-            return
-        try:
-            self.reader.feed(data)
-            for _header, blobs, raw in self.reader.frames():
-                self.send({"t": "g"}, [raw, *blobs])  # verified by the grader (HMAC, order)
-        except ProtocolError as e:
-            self.bad_stream = True
-            self._kill("protocol", str(e))
-
-    def _from_grader(self) -> None:
-        try:
-            header, blobs = read_frame_blocking(self.z.in_fd)
-        except (EOFError, ValueError):
-            self.grader_open = False
-            self._kill("grader_gone", "the grader went away")
-            return
-        t = header.get("t")
-        if t in ("call", "ref_reply", "finish"):  # ref_reply: the answer to a stand-in's call
-            self.pending.extend(encode_frame(header, blobs))
-        elif t == "abort":
-            self._kill("aborted", "aborted by the grader")
-
-    def run(self) -> int:
-        """The whole job; returns the supervisor's exit code (0 unless the stream broke)."""
+    def job(self, request: Header, req_r: int, res_w: int, out_w: int) -> bool:
+        """One job: fork the student's process into a new PID namespace, wait for it under the
+        wall-clock limit, send the end packet. False when the grader went away."""
         t0 = time.monotonic()
-        job, _ = read_frame_blocking(self.z.in_fd)
-        if job.get("t") != "job":
-            self._end("crashed", t0, reason="protocol", message="no job")
-            return 1
-        limits = job["limits"]
+        limits, uid = request.get("limits", {}), int(request.get("uid", -1))
+        deadline = t0 + float(limits.get("submission_seconds", 60.0))
         scratch_host = None
         if not self.isolated:
             import tempfile
 
             scratch_host = tempfile.mkdtemp(prefix="sandbox-job-")
-        res_r, res_w = os.pipe()  # student -> supervisor: the student process's frames
-        req_r, req_w = os.pipe()  # supervisor -> student: the grader's requests
-        out_r, out_w = os.pipe()  # the student's stdout and stderr
         setup_r, setup_w = os.pipe()  # the setup report, closed before student code runs
-        deadline = t0 + float(limits["submission_seconds"])
         if self.isolated:
             sc.unshare(sc.CLONE_NEWPID)  # the next child is PID 1 of a new PID namespace
         try:
@@ -184,9 +129,13 @@ class Supervisor:
         if pid == 0:  # the student's process
             code = 72
             try:
-                for fd in (res_r, req_w, out_r, setup_r, self.z.in_fd, self.z.out_fd):
-                    os.close(fd)
-                code = run_student(self.isolated, job, res_w, req_r, out_w, setup_w, scratch_host, self.z.watch_module)
+                os.close(setup_r)
+                self.ctrl.close()
+                if self.pidns >= 0:
+                    os.close(self.pidns)
+                code = run_student(
+                    self.isolated, limits, uid, req_r, res_w, out_w, setup_w, scratch_host, self.watch_module
+                )
             except BaseException as e:  # noqa: BLE001 - report a failed setup; never run student code then
                 msg = f"sandbox setup failed: {type(e).__name__}: {e}\n{traceback.format_exc()}"
                 for fd in (SETUP_FD, setup_w):
@@ -201,123 +150,108 @@ class Supervisor:
                     except OSError:
                         pass
             os._exit(code)
-        for fd in (res_w, req_r, out_w, setup_w):
+        if self.isolated:
+            sc.setns(self.pidns, sc.CLONE_NEWPID)  # later forks (the next job) get a namespace of their own
+        for fd in (req_r, res_w, out_w, setup_w):
             os.close(fd)
         if pid is None:
-            for fd in (res_r, req_w, out_r, setup_r):
-                os.close(fd)
-            self._end("crashed", t0, reason="no_process", message="could not start a process")
-            return 0
-        self.pid = pid
+            os.close(setup_r)
+            self.send({"t": "end", "status": "crashed", "reason": "no_process", "message": "could not start a process"})
+            return True
         try:
             pidfd: int | None = os.pidfd_open(pid)
         except (AttributeError, OSError):
             pidfd = None  # no pidfd: poll waitpid instead
-        os.set_blocking(req_w, False)
-        tail = _Tail(int(limits["output_bytes"]))
+        killed: tuple[str, str] | None = None
+        grader_open = True
         setup = bytearray()
-        open_fds = {res_r, out_r, setup_r}
+        setup_open = True
         mem_check = 0.0
         exited: int | None = None
 
-        def take(fd: int) -> None:
-            data = os.read(fd, 1 << 16)
-            if not data:
-                open_fds.discard(fd)
-            elif fd == res_r:
-                self._from_student(data)
-            elif fd == out_r:
-                tail.add(data)
-            elif len(setup) < 1 << 16:
-                setup.extend(data)
+        def kill(reason: str, detail: str = "") -> None:
+            nonlocal killed
+            if killed is None:
+                killed = (reason, detail)
+            try:
+                os.kill(pid, signal.SIGKILL)  # PID 1 of its namespace: everything it started dies too
+            except (ProcessLookupError, PermissionError):
+                pass
 
         while exited is None:
             now = time.monotonic()
-            if now >= deadline and self.killed is None:
-                self._kill("timeout")
+            if now >= deadline and killed is None:
+                kill("timeout")
             wait = 0.25 if pidfd is not None else 0.02
-            if self.killed is None:
+            if killed is None:
                 wait = max(0.0, min(wait, deadline - now))
-            watch = [*open_fds, *([pidfd] if pidfd is not None else []), *([self.z.in_fd] if self.grader_open else [])]
+            watch = [setup_r] if setup_open else []
+            if pidfd is not None:
+                watch.append(pidfd)
+            if grader_open:
+                watch.append(self.ctrl.fileno())
             try:
-                ready, writable, _ = select.select(watch, [req_w] if self.pending else [], [], wait)
+                ready, _, _ = select.select(watch, [], [], wait)
             except InterruptedError:
                 continue
-            if writable and self.pending:
-                try:
-                    n = os.write(req_w, self.pending[: 1 << 16])
-                    del self.pending[:n]
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    self.pending.clear()  # the student's process closed its end: it is ending
-            for fd in ready:
-                if fd == pidfd:
-                    continue
-                if fd == self.z.in_fd:
-                    self._from_grader()
-                    continue
-                take(fd)
+            if self.ctrl.fileno() in ready:
+                got = recv_packet(self.ctrl)
+                if got is None:
+                    grader_open = False
+                    kill("grader_gone", "the grader went away")
+                else:
+                    for fd in got[1]:
+                        os.close(fd)
+                    if got[0].get("t") == "abort":
+                        kill("aborted", "aborted by the grader")
+            if setup_r in ready:
+                data = os.read(setup_r, 1 << 16)
+                if not data:
+                    setup_open = False
+                elif len(setup) < 1 << 16:
+                    setup.extend(data)
             if pidfd is None or pidfd in ready:
-                got, status = os.waitpid(pid, os.WNOHANG)
-                if got:
+                got_pid, status = os.waitpid(pid, os.WNOHANG)
+                if got_pid:
                     exited = status
-            if self.killed is None and time.monotonic() - mem_check > 0.25:
+            if killed is None and time.monotonic() - mem_check > 0.25:
                 mem_check = time.monotonic()
                 if _low_memory():
-                    self._kill("memory")
+                    kill("memory")
         if pidfd is not None:
             os.close(pidfd)
-        # The student's process is reaped; in isolated modes its whole PID namespace died with
-        # it: read what is left.
+        # The student's process is reaped; in isolated modes its whole PID namespace died with it.
         if not self.isolated:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        drain_until = time.monotonic() + 1.0
-        while open_fds and time.monotonic() < drain_until:
-            ready, _, _ = select.select(list(open_fds), [], [], max(0.0, drain_until - time.monotonic()))
-            for fd in ready:
-                take(fd)
-        for fd in (res_r, req_w, out_r, setup_r):
-            os.close(fd)
+        while setup_open and select.select([setup_r], [], [], 0.2)[0]:
+            data = os.read(setup_r, 1 << 16)
+            setup_open = bool(data)
+            if len(setup) < 1 << 16:
+                setup.extend(data)
+        os.close(setup_r)
         if scratch_host:
             import shutil
 
             shutil.rmtree(scratch_host, ignore_errors=True)
+        end: Header = {"t": "end", "message": ""}
         if setup[:1] == b"F":  # only the student process's setup, before any student code, can report this
-            self._end("fatal", t0, tail, message=bytes(setup[1:]).decode("utf-8", "replace"))
-        elif self.killed is not None and self.killed[0] == "timeout":
-            self._end("timeout", t0, tail)
-        elif self.killed is not None:
-            self._end("crashed", t0, tail, reason=self.killed[0], message=self.killed[1])
+            end.update(status="fatal", message=bytes(setup[1:]).decode("utf-8", "replace")[-8000:])
+        elif killed is not None and killed[0] == "timeout":
+            end.update(status="timeout")
+        elif killed is not None:
+            end.update(status="crashed", reason=killed[0], message=killed[1])
         else:
-            self._end("exited", t0, tail, **_how_it_ended(exited))
-        return 0
-
-
-class _Tail:
-    """The first ``cap`` bytes printed are kept; the last TAIL_BYTES of those are reported."""
-
-    def __init__(self, cap: int):
-        self.cap = cap
-        self.total = 0
-        self.buf = bytearray()
-
-    def add(self, data: bytes) -> None:
-        room = self.cap - self.total
-        if room > 0:
-            self.buf += data[:room]
-            if len(self.buf) > 2 * TAIL_BYTES:
-                del self.buf[:-TAIL_BYTES]
-        self.total += len(data)
-
-    def text(self) -> str:
-        s = bytes(self.buf[-TAIL_BYTES:]).decode("utf-8", "replace")
-        if self.total > self.cap:
-            s += f"\n[output truncated: {self.total:,} bytes printed, only the first {self.cap:,} kept]"
-        return s
+            end.update(status="exited", **_how_it_ended(exited))
+        end["seconds"] = time.monotonic() - t0
+        if grader_open:
+            try:
+                self.send(end)
+            except OSError:
+                grader_open = False
+        return grader_open
 
 
 def _low_memory() -> bool:
@@ -444,7 +378,7 @@ def figures_cost_nothing() -> None:
 
 
 def ready_frame() -> Header:
-    """The zygote's first frame, once warm."""
+    """The zygote's first packet, once warm."""
     import torch
 
     return {
