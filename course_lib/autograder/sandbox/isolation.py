@@ -167,6 +167,9 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
         "MALLOC_ARENA_MAX": "2",
+        # the C heap on transparent huge pages as it grows: fewer page-table entries for every
+        # fork to copy (see zygote.huge_pages, which collapses the rest)
+        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
     }
     py = [sys.executable, "-S", "-s", "-B", *(["-P"] if sys.version_info >= (3, 11) else []), "-c", BOOTSTRAP]
     args = ["--isolation", isolation, "--watch-ops", ",".join(watched_operators())]
