@@ -31,21 +31,30 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = ["OpWatch", "resolve", "wrap_operators"]
 
 
+_RESOLVED: dict = {}  # dotted path -> the object it named when first resolved in this process
+
+
 def resolve(path):
-    """The object at a dotted path (``torch.nn.functional.softmax``), or None."""
+    """The object at a dotted path (``torch.nn.functional.softmax``), or None; each path is
+    resolved once per process (failed imports cost a search of the file system)."""
+    if path in _RESOLVED:
+        return _RESOLVED[path]
+    obj = None
     parts = path.split(".")
     for i in range(len(parts), 0, -1):
         try:
-            obj = importlib.import_module(".".join(parts[:i]))
+            module = importlib.import_module(".".join(parts[:i]))
         except ImportError:
             continue
         try:
+            obj = module
             for p in parts[i:]:
                 obj = getattr(obj, p)
         except AttributeError:
-            return None
-        return obj
-    return None
+            obj = None
+        break
+    _RESOLVED[path] = obj
+    return obj
 
 
 def _tensors(tree):

@@ -172,7 +172,8 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
         "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
     }
     py = [sys.executable, "-S", "-s", "-B", *(["-P"] if sys.version_info >= (3, 11) else []), "-c", BOOTSTRAP]
-    args = ["--isolation", isolation, "--watch-ops", ",".join(watched_operators())]
+    functions, operators = watched()
+    args = ["--isolation", isolation, "--watch-functions", ",".join(functions), "--watch-ops", ",".join(operators)]
     for d in _site_dirs():
         args += ["--site", d]
     if probe:
@@ -253,12 +254,16 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
     return cmd, env, tmp
 
 
-def watched_operators() -> list[str]:
-    """Every aten operator a rule can forbid: the warm worker wraps their kernels once
-    (:func:`~course_lib.grading.opwatch.wrap_operators`), so that no job pays for it."""
+def watched() -> tuple[list[str], list[str]]:
+    """Every torch function (dotted path) and aten operator that a rule can forbid: the warm
+    worker resolves the functions and wraps the operators' kernels once
+    (:mod:`course_lib.grading.opwatch`), so that no job pays for it."""
     from ...grading.forbidden import OPS_OF_RULE
+    from ...grading.registry import ASSIGNMENTS, exercises_of
 
-    return sorted({op for ops in OPS_OF_RULE.values() for op in ops})
+    rules = {r for slug in ASSIGNMENTS for ex in exercises_of(slug) for r in ex.forbidden} | set(OPS_OF_RULE)
+    functions = sorted(r for r in rules if ":" not in r)
+    return functions, sorted({op for ops in OPS_OF_RULE.values() for op in ops})
 
 
 class Spawner:

@@ -7,8 +7,8 @@ the package is imported here, up front: in namespaces mode the worker's own fold
 once the root file system is built.
 
 Arguments: ``--isolation bubblewrap|namespaces|none``, ``--opwatch PATH`` (the runtime-watch
-module's source, read at once), ``--watch-ops A,B`` (the aten operators whose kernels it wraps
-once, warm), ``--site DIR`` (repeatable: where numpy and torch live),
+module's source, read at once), ``--watch-functions A,B`` and ``--watch-ops A,B`` (the torch
+functions it resolves and the aten operators whose kernels it wraps once, warm), ``--site DIR`` (repeatable: where numpy and torch live),
 ``--root JSON`` (namespaces mode: the allowlist to build the root from), ``--probe`` (run the
 jail recipe and print ``probe-ok``, without torch).
 """
@@ -34,13 +34,14 @@ def main(argv: list[str], home: str | None = None) -> int:
         "--root": None,
         "--probe": False,
         "--opwatch": None,
+        "--watch-functions": "",
         "--watch-ops": "",
     }
     it = iter(argv)
     for a in it:
         if a == "--site":
             args["--site"].append(next(it))
-        elif a in ("--isolation", "--root", "--opwatch", "--watch-ops"):
+        elif a in ("--isolation", "--root", "--opwatch", "--watch-functions", "--watch-ops"):
             args[a] = next(it)
         elif a == "--probe":
             args["--probe"] = True
@@ -68,7 +69,11 @@ def main(argv: list[str], home: str | None = None) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    watch_module = zygote.warm_up(opwatch_source, [op for op in args["--watch-ops"].split(",") if op])
+    watch_module = zygote.warm_up(
+        opwatch_source,
+        [f for f in args["--watch-functions"].split(",") if f],
+        [op for op in args["--watch-ops"].split(",") if op],
+    )
     z = zygote.Zygote(isolation, ctrl, watch_module)
     z.send(zygote.ready_frame())
     z.serve()

@@ -280,10 +280,12 @@ def _how_it_ended(status: int | None) -> dict[str, Any]:
     return {"message": "the notebook's process ended without reporting"}
 
 
-def warm_up(opwatch_source: str, operators: list[str]) -> types.ModuleType:
+def warm_up(opwatch_source: str, functions: list[str], operators: list[str]) -> types.ModuleType:
     """Import and exercise the libraries once, so each forked job starts warm; returns the
-    runtime-watch module, loaded from ``opwatch_source`` with the kernels of ``operators``
-    wrapped (torch imports its dispatcher tools the first time a mode is used)."""
+    runtime-watch module, loaded from ``opwatch_source`` with the torch ``functions`` resolved
+    and the kernels of ``operators`` wrapped (torch imports its dispatcher tools the first time
+    a mode is used). No ``course_lib`` module is left in ``sys.modules``: each job finds only
+    its stubs."""
     import importlib.machinery  # noqa: F401 - imported here so that no job pays for these imports
     import random  # noqa: F401
     import tempfile  # noqa: F401
@@ -318,7 +320,11 @@ def warm_up(opwatch_source: str, operators: list[str]) -> types.ModuleType:
     figures_cost_nothing()
     numpy.save(io.BytesIO(), numpy.zeros(3), allow_pickle=False)
     watch_module = load_opwatch(opwatch_source)
+    for path in functions:
+        watch_module.resolve(path)
     watch_module.wrap_operators(operators)
+    for name in [n for n in sys.modules if n == "course_lib" or n.startswith("course_lib.")]:
+        del sys.modules[name]
     watch = watch_module.OpWatch(functions=["torch.softmax"], methods=["softmax"], ops=["aten::_softmax"], largest=True)
     with watch:
         torch.softmax(x, dim=-1)
