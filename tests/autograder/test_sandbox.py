@@ -801,6 +801,18 @@ def test_npy_bytes_are_what_numpy_save_writes_and_read_back_unchanged(dtype, sha
     assert back.flags.writeable and back.flags.c_contiguous
 
 
+def test_a_calls_encoding_is_made_once_and_is_each_calls_own():
+    first = Call((torch.arange(6.0).reshape(2, 3), (1, None)), {"dim": -1, "mask": torch.tensor([True, False])})
+    second = Call((torch.ones(2, 3), (1, None)), {"dim": -1, "mask": torch.tensor([True, False])})
+    h1, b1 = codec.encode_call(0, "f", first)
+    h2, b2 = codec.encode_call(7, "g", first)  # the same call again: the cached encoding, new id and name
+    assert (h2["id"], h2["fn"]) == (7, "g") and h2["args"] is h1["args"] and b2 == b1
+    fresh: list[bytes] = []
+    assert h1["args"] == [codec.encode_arg(a, fresh) for a in first.args] and b1[: len(fresh)] == fresh
+    h3, b3 = codec.encode_call(1, "f", second)  # another call with equal shapes: its own bytes
+    assert b3[0] != b1[0] and b3[1:] == b1[1:] and h3["kwargs"] == h1["kwargs"]
+
+
 def test_the_allowlist_never_exposes_the_course_source():
     package = str(ROOT / "course_lib")
     spec = isolation.allowlist([sys.prefix + "/lib"])

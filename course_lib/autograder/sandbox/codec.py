@@ -84,17 +84,24 @@ def encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> Header:
     )
 
 
+#: id(call) -> (the call, its args' nodes, its kwargs' nodes, its blobs): every student of a
+#: class gets the same calls, so each is encoded once (the call is kept: its id stays its own)
+_ENCODED: dict[int, tuple[Call, list[Header], list[list[Any]], tuple[bytes, ...]]] = {}
+_ENCODED_MAX = 4096
+
+
 def encode_call(i: int, name: str, call: Call) -> tuple[Header, list[bytes]]:
-    """The request frame of call number ``i`` (of function ``name``)."""
-    blobs: list[bytes] = []
-    header = {
-        "t": "call",
-        "id": i,
-        "fn": name,
-        "args": [encode_arg(a, blobs) for a in call.args],
-        "kwargs": [[str(k), encode_arg(v, blobs)] for k, v in call.kwargs.items()],
-    }
-    return header, blobs
+    """The request frame of call number ``i`` (of function ``name``); the call's arguments
+    are encoded once per grading process (cases are made once per seed and never changed)."""
+    hit = _ENCODED.get(id(call))
+    if hit is None or hit[0] is not call:
+        blobs: list[bytes] = []
+        args = [encode_arg(a, blobs) for a in call.args]
+        kwargs = [[str(k), encode_arg(v, blobs)] for k, v in call.kwargs.items()]
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        hit = _ENCODED[id(call)] = (call, args, kwargs, tuple(blobs))
+    return {"t": "call", "id": i, "fn": name, "args": hit[1], "kwargs": hit[2]}, list(hit[3])
 
 
 @functools.lru_cache(maxsize=512)
