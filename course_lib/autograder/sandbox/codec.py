@@ -56,7 +56,9 @@ class BadResult(Exception):
 
 
 def encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> Header:
-    """A call argument's node; tensors are appended to ``blobs`` as ``.npy`` bytes."""
+    """A call argument's node; a tensor's raw bytes are appended to ``blobs``, its numpy
+    dtype and shape go in its node (the grader's own data: the student's side reads them as
+    they are, with no ``.npy`` header to parse)."""
     if depth > MAX_DEPTH:
         raise TypeError("call argument nested too deeply")
     if isinstance(v, torch.Tensor):
@@ -65,8 +67,8 @@ def encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> Header:
         if x.dtype == torch.bfloat16:
             x = x.to(torch.float32)
         arr = x.resolve_conj().resolve_neg().contiguous().numpy()
-        blobs.append(npy_bytes(arr))
-        return tensor_node(len(blobs) - 1, dtype)
+        blobs.append(arr.tobytes())
+        return dict(tensor_node(len(blobs) - 1, dtype), descr=arr.dtype.str, shape=list(arr.shape))
     if v is None:
         return {"t": "none"}
     if type(v) is bool:

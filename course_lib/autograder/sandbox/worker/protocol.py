@@ -9,8 +9,11 @@ blobs under the job's key (:func:`frame_mac`).
 Values (call arguments, results) travel as a tree of nodes (:func:`decode_tree`): ``{"t":
 "tensor", "b": blob index, "dtype": "torch.float32"}``, ``{"t": "tuple"|"list", "items":
 [...]}``, ``{"t": "none"}``, and ``{"t": "bool"|"int"|"float"|"str", "v": ...}`` (a float that
-is not finite as its ``repr``). Each side encodes its tensors and decodes the ``.npy`` bytes
-itself (it needs numpy and torch for that); the tree's shape and checks are here.
+is not finite as its ``repr``). A tensor from the student's process is ``.npy`` bytes, parsed
+and checked by the grader; a tensor from the grader (its own data) is raw bytes, its node
+carrying the numpy dtype string and the shape (``"descr": "<f4", "shape": [2, 3]``). Each side
+encodes and decodes its tensors itself (it needs numpy and torch for that); the tree's shape
+and checks are here.
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ from .protocol import (
     CALL_WALL_FACTOR,
     MAX_DEPTH,
     MAX_ITEMS,
-    MAX_NPY_HEADER,
     MAX_RESULT_BYTES,
     REQUESTS_FD,
     RESULTS_FD,
@@ -48,7 +47,6 @@ from .protocol import (
     decode_tree,
     encode_signed_frame,
     float_node,
-    npy_preamble,
     read_frame_blocking,
     tensor_node,
     write_all,
@@ -394,14 +392,9 @@ class StudentHarness:
         self._Tensor = torch.Tensor
         self._from_numpy = torch.from_numpy
         fmt = numpy.lib.format
-        self._read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
-        self._read_magic, self._write_header, self._descr = (
-            fmt.read_magic,
-            fmt.write_array_header_1_0,
-            fmt.dtype_to_descr,
-        )
+        self._write_header, self._descr = fmt.write_array_header_1_0, fmt.dtype_to_descr
         self._frombuffer = numpy.frombuffer
-        self._headers: dict[bytes, Any] = {}  # .npy preamble -> (shape, fortran order, dtype), this job's
+        self._dtypes: dict[str, Any] = {}  # numpy dtype string -> dtype
         self._preambles: dict[tuple[Any, tuple[int, ...]], bytes] = {}  # (dtype, shape) -> .npy preamble
         self._FunctionType = types.FunctionType
         self.cells = list(job["cells"])
@@ -444,14 +437,12 @@ class StudentHarness:
             return 0
 
     def _tensor_arg(self, node: Header, blob: bytes) -> Any:
-        """A tensor argument from the grader's ``.npy`` bytes (each dtype and shape's header read once)."""
-        preamble = npy_preamble(blob)
-        if preamble not in self._headers:
-            fp = io.BytesIO(preamble)
-            self._headers[preamble] = self._read_header[self._read_magic(fp)](fp, max_header_size=MAX_NPY_HEADER)
-        shape, fortran, dtype = self._headers[preamble]
-        flat = self._frombuffer(blob, dtype=dtype, offset=len(preamble))
-        x = self._from_numpy(flat.reshape(shape, order="F" if fortran else "C").copy())
+        """A tensor argument from the grader's raw bytes, numpy dtype and shape (its node's)."""
+        descr = node["descr"]
+        if descr not in self._dtypes:
+            self._dtypes[descr] = self.np.dtype(descr)
+        flat = self._frombuffer(blob, dtype=self._dtypes[descr])
+        x = self._from_numpy(flat.reshape(node["shape"]).copy())
         if node.get("dtype") == "torch.bfloat16":
             x = x.to(self.torch.bfloat16)
         return x
