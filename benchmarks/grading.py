@@ -104,7 +104,7 @@ def _median_seconds(fn, repeat: int = 7) -> float:
 
 def where_the_time_goes(assignment: str, sandbox: str) -> None:
     """Print where one submission's time goes, for the solution and the wrong notebook: the
-    job's start (a forked supervisor and student process, no cells), the notebook's cells as
+    job's start (the student's process forked and jailed, no cells), the notebook's cells as
     grading runs them (demo blocks skipped), what the skipped demo blocks would have cost, the
     graded calls (one at a time over the signed channel), and judging in the grading process
     (comparisons, named mistakes)."""
