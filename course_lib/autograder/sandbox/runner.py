@@ -205,11 +205,13 @@ class _Pipes:
                 self.broken = True
 
     def close(self) -> None:
-        for fd in (self.req_w, self.res_r, self.out_r, *self.student_ends):
-            try:
+        """Close the grader's ends (once: a descriptor number closed twice could be another
+        thread's by then)."""
+        fds, self.student_ends = (self.req_w, self.res_r, self.out_r, *self.student_ends), []
+        self.req_w = self.res_r = self.out_r = -1
+        for fd in fds:
+            if fd >= 0:
                 os.close(fd)
-            except OSError:
-                pass
 
 
 # --------------------------------------------------------------------------- one conversation
