@@ -156,6 +156,13 @@ def where_the_time_goes(assignment: str, sandbox: str) -> None:
     )
 
 
+def _import_grader() -> None:
+    """Run on each Dask worker before the timing starts: the local run's imports (torch, the
+    grader) are not timed either."""
+    import course_lib.autograder.autograde  # noqa: F401
+    import course_lib.autograder.sandbox  # noqa: F401
+
+
 def _split(ex, flat):
     from course_lib.autograder.autograde import split_outcomes
 
@@ -208,11 +215,13 @@ def main(argv: list[str] | None = None) -> int:
             f"({(len(saved) - 1) / (saved[-1] - saved[0]):.2f} submissions/s once warm)"
         )
         if not args.no_cluster:
-            from distributed import LocalCluster
+            from distributed import Client, LocalCluster
 
             with LocalCluster(
                 n_workers=args.jobs, threads_per_worker=1, processes=True, dashboard_address=None
             ) as cluster:
+                with Client(cluster) as client:  # the workers import the grader first, as this process did
+                    client.run(_import_grader)
                 t0 = time.perf_counter()
                 grade_all(
                     subs,
