@@ -131,7 +131,10 @@ def _seeing(name, kernel):
 def wrap_operators(names):
     """Wrap the CPU kernels of every overload of each aten operator in ``names``
     (``"aten::_softmax"``) so that watches see it run; each once per process. Names that are
-    not operators here are ignored. A wrapped kernel costs about 6 microseconds a run."""
+    not operators here are ignored. An operator that is only a composition of others
+    (``aten::softmax.int``, ``aten::layer_norm``) keeps its own dispatch: the operators it is
+    made of are the ones seen (``aten::_softmax``, ``aten::native_layer_norm``). A wrapped kernel
+    costs about 6 microseconds a run; results and gradients are unchanged."""
     for name in names:
         if name in _WRAPPED:
             continue
@@ -145,6 +148,10 @@ def wrap_operators(names):
             warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
             for overload in packet.overloads():
                 qualified = name if overload == "default" else f"{name}.{overload}"
+                if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd"):
+                    # made of other operators (wrapped in turn), with autograd through them: a
+                    # kernel of its own would leave it without a backward
+                    continue
                 for key in _KEYS:
                     if torch._C._dispatch_has_computed_kernel_for_dispatch_key(qualified, key):
                         kernel = _seeing(name, torch.library.get_kernel(qualified, key))

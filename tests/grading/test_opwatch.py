@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -89,3 +90,37 @@ def test_largest_still_measures_every_new_temporary():
         torch.softmax(scores, -1)
     assert watch.largest == 64
     assert watch.seen == ["the operator aten::_softmax"]
+
+
+def test_gradients_through_every_watched_operator_are_unchanged():
+    from course_lib.autograder.sandbox.isolation import watched
+
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4, 6), torch.randn(6)
+    target = torch.tensor([0, 2, 1])
+    a, b, weight = torch.randn(3, 5), torch.randn(3, 2), torch.randn(4, 5, 2)
+    losses = {
+        "softmax": lambda x: (torch.softmax(x, -1) * w).sum(),
+        "log_softmax": lambda x: (F.log_softmax(x, 1) * w).sum(),
+        "layer_norm": lambda x: (F.layer_norm(x, (6,)) * w).sum(),
+        "group_norm": lambda x: (F.group_norm(x, 2) * w).sum(),
+        "cross_entropy": lambda x: F.cross_entropy(x[:, 0, :], target),
+        "bilinear": lambda x: F.bilinear(a * x.sum(), b, weight).sum(),
+        "sdpa": lambda x: F.scaled_dot_product_attention(x, x, x).sum(),
+    }
+
+    def grads():
+        out = {}
+        for name, loss in losses.items():
+            leaf = x.clone().requires_grad_(True)
+            loss(leaf).backward()
+            out[name] = leaf.grad
+        return out
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "an autograd kernel was not registered" is a failure here
+        before = grads()
+        wrap_operators(watched()[1])  # every operator a rule can forbid
+        after = grads()
+    for name in losses:
+        torch.testing.assert_close(after[name], before[name], rtol=0, atol=0, msg=name)
