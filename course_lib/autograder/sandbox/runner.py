@@ -486,7 +486,7 @@ class _Ending:
             return "timeout", _Ending("timeout")
         if status == "crashed":
             reason = end.get("reason")
-            kind = reason if reason in ("memory", "protocol") else "other"
+            kind = reason if reason == "memory" else "other"
             return "crashed", _Ending(kind, _clip_str(end.get("message"), 2000))
         return "crashed", _Ending("protocol")
 

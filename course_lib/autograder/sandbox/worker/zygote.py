@@ -166,6 +166,14 @@ class Zygote:
         grader_open = True
         setup = bytearray()
         setup_open = True
+
+        def read_setup() -> None:
+            nonlocal setup_open
+            data = os.read(setup_r, 1 << 16)
+            setup_open = bool(data)
+            if len(setup) < 1 << 16:
+                setup.extend(data)
+
         mem_check = 0.0
         exited: int | None = None
 
@@ -205,11 +213,7 @@ class Zygote:
                     if got[0].get("t") == "abort":
                         kill("aborted", "aborted by the grader")
             if setup_r in ready:
-                data = os.read(setup_r, 1 << 16)
-                if not data:
-                    setup_open = False
-                elif len(setup) < 1 << 16:
-                    setup.extend(data)
+                read_setup()
             if pidfd is None or pidfd in ready:
                 got_pid, status = os.waitpid(pid, os.WNOHANG)
                 if got_pid:
@@ -227,10 +231,7 @@ class Zygote:
             except (ProcessLookupError, PermissionError):
                 pass
         while setup_open and select.select([setup_r], [], [], 0.2)[0]:
-            data = os.read(setup_r, 1 << 16)
-            setup_open = bool(data)
-            if len(setup) < 1 << 16:
-                setup.extend(data)
+            read_setup()
         os.close(setup_r)
         if scratch_host:
             import shutil
