@@ -16,6 +16,7 @@ Tests mirror the package: ``lib/`` the model modules, ``grading/`` the student-s
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,20 +25,10 @@ from hypothesis import HealthCheck, settings
 
 #: The repository's root folder (``solutions/``, ``exercises/``, ``book/``, ``_build/``).
 ROOT = Path(__file__).resolve().parents[1]
-#: Debian's chromium, which the browser tests drive through Playwright (``make test`` installs it).
-CHROMIUM = "/usr/bin/chromium"
-#: Its flags in the browser tests: no background traffic (this machine has no network).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-default-apps",
-    "--disable-extensions",
-]
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+#: Debian's chromium, which the browser tests drive through Playwright (``make test`` installs
+#: it), with the book's own flags for printing it (no background traffic: no network here).
+from print_pdf import CHROMIUM, CHROMIUM_ARGS  # noqa: E402, F401 - re-exported to the browser tests
 
 settings.register_profile(
     "course_lib",
