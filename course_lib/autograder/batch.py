@@ -13,10 +13,8 @@ running a notebook again (:mod:`course_lib.autograder.deadlines`).
 from __future__ import annotations
 
 import os
-import queue
 import stat
 import sys
-import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ from .autograde import checker_version, failed_record, grade_submission, refused
 from .deadlines import LatePolicy, apply_late
 from .gradebook import Gradebook
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
+from .pool import grade_in_processes
 from .text import student_message
 
 __all__ = [
@@ -227,8 +226,7 @@ def grade_all(
             summary.no_time += not record["submitted_at"]
         return record
 
-    lock = threading.Lock()
-    todo: queue.Queue[tuple[Submission, bytes, str]] = queue.Queue()
+    work: list[tuple[Submission, bytes, str]] = []
 
     def save(sub: Submission, record: dict, seconds: float) -> None:
         """Store a record; if that fails, store the failure; count either way."""
@@ -266,20 +264,20 @@ def grade_all(
             if new != old:  # another deadline, rate or time: the penalty changes, the grading does not
                 book.update_record(sub.student, new)
         else:
-            todo.put((sub, data, digest))
-    total = todo.qsize()
+            work.append((sub, data, digest))
+    total = len(work)
     if seed is not None and total:
         print(f"drawing fresh inputs from seed {seed} ...", file=sys.stderr)
-    for slug in {sub.assignment for sub, _, _ in list(todo.queue)}:
+    for slug in {sub.assignment for sub, _, _ in work}:
         for ex in exercises_of(slug):
-            ex.expected(seed)  # cases and reference outputs, computed once before the threads start
+            ex.expected(seed)  # cases and reference outputs, computed once, before the grading processes fork
     hide = [str(Path(submissions).resolve()), str(Path(db).resolve().parent)]
     bar = None
     if progress and total:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total, desc="grading", unit="nb", file=sys.stderr, ascii=True)
-    start = time.perf_counter()
+    start_time = time.perf_counter()
     if scheduler is not None and total:
         try:
             from .cluster import GraderPlugin, grade_on_cluster
@@ -297,7 +295,7 @@ def grade_all(
         try:
             summary.isolation, summary.memory = grade_on_cluster(
                 scheduler,
-                list(todo.queue),
+                work,
                 seed,
                 GraderPlugin(sandbox, limits, hide),
                 on_cluster_saved,
@@ -306,47 +304,50 @@ def grade_all(
         finally:
             if bar is not None:
                 bar.close()
-        return _finish(summary, book, start, notes, out)
-    runners = [
-        Runner(mode=sandbox, limits=limits or Limits(), slot=i, hide=hide) for i in range(min(jobs, max(total, 1)))
-    ]
-    summary.isolation = runners[0].isolation
-    summary.memory = runners[0].memory_limit
+        return _finish(summary, book, start_time, notes, out)
+    n = min(jobs, max(total, 1))
 
-    def work(runner) -> None:
-        while True:
-            try:
-                sub, data, digest = todo.get_nowait()
-            except queue.Empty:
-                return
-            t0 = time.perf_counter()
-            try:
-                record = grade_submission(data, sub.assignment, runner, seed=seed)
-            except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
-                record = failed_record(sub.assignment, _reason(e), digest, runner.isolation, seed)
-            with lock:
-                save(sub, record, time.perf_counter() - t0)
-                if bar is not None:
-                    bar.update(1)
+    def start(slot: int) -> Runner:
+        return Runner(mode=sandbox, limits=limits or Limits(), slot=slot, hide=hide)
 
-    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in runners]
+    def grade(runner: Runner, job: tuple[Submission, bytes, str]) -> dict:
+        sub, data, digest = job
+        try:
+            return grade_submission(data, sub.assignment, runner, seed=seed)
+        except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
+            return failed_record(sub.assignment, _reason(e), digest, runner.isolation, seed)
+
+    def done(job: tuple[Submission, bytes, str], record: dict, seconds: float) -> None:
+        save(job[0], record, seconds)
+        if bar is not None:
+            bar.update(1)
+
     # The grading process's torch work (judging, references standing in) is on tiny tensors
     # while the sandboxes keep every core busy: with several intra-op threads an op waits for a
     # thread the scheduler put aside (a 7 x 7 triu took 2 ms, not 15 us). One thread, put back after.
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        if n == 1:  # in this process
+            runner = start(0)
+            summary.isolation, summary.memory = runner.isolation, runner.memory_limit
+            try:
+                for job in work:
+                    t0 = time.perf_counter()
+                    done(job, grade(runner, job), time.perf_counter() - t0)
+            finally:
+                runner.close()
+        else:  # one interpreter each (pool.py says why)
+
+            def lost(job: tuple[Submission, bytes, str], reason: str) -> dict:
+                return failed_record(job[0].assignment, reason, job[2], summary.isolation, seed)
+
+            summary.isolation, summary.memory = grade_in_processes(work, n, start, grade, done, lost)
     finally:
         torch.set_num_threads(torch_threads)
-        for r in runners:
-            r.close()
         if bar is not None:
             bar.close()
-    return _finish(summary, book, start, notes, out)
+    return _finish(summary, book, start_time, notes, out)
 
 
 def _finish(summary: Summary, book: Gradebook, start: float, notes: list[str], out: TextIO) -> Summary:
