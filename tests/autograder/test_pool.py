@@ -100,6 +100,15 @@ def test_grading_processes_that_keep_dying_as_they_start_stop_the_batch_with_an_
     assert multiprocessing.active_children() == []
 
 
+def _running(pid: int) -> bool:
+    """A process by that id exists and is not a zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_the_grading_processes_die_with_the_process_that_forked_them(tmp_path):
     pids = tmp_path / "pids"
     script = f"""
@@ -129,9 +138,9 @@ grade_in_processes(list(range(4)), 2, start, grade, lambda *a: None, lambda *a: 
     proc.kill()  # SIGKILL: the parent cannot clean up
     proc.wait()
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in children):
+    while time.monotonic() < deadline and any(_running(p) for p in children):
         time.sleep(0.05)
-    survivors = [p for p in children if Path(f"/proc/{p}").exists()]
+    survivors = [p for p in children if _running(p)]
     for p in survivors:  # not left behind by a failing run
         os.kill(p, signal.SIGKILL)
     assert not survivors
