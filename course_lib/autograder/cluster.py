@@ -1,13 +1,15 @@
 """Grade on a Dask cluster: the same job (notebook bytes -> record) on the workers of a scheduler.
 
 ``course-lib grade SUBMISSIONS --scheduler tcp://HOST:8786`` sends each submission to a Dask
-``distributed`` cluster instead of local threads. The submitting process keeps the gradebook:
+``distributed`` cluster instead of local grading processes. The submitting process keeps the gradebook:
 it commits each record as its future completes (``as_completed``), so a crash loses only the
 jobs in flight and a rerun skips what was committed, as in local grading.
 
-Each worker grades in the same sandbox as local grading: :class:`GraderPlugin` starts one
-warm :class:`~course_lib.autograder.sandbox.Runner` per worker (its zygote is a separate
-process: student code never runs in the worker's own process) and closes it with the worker.
+Each worker grades as local grading does: :class:`GraderPlugin` forks one grading process
+per worker (:class:`~course_lib.autograder.pool.GradingProcess`) with a warm sandbox
+:class:`~course_lib.autograder.sandbox.Runner` (its zygote a separate process: student code
+never runs in the worker's process or the grading process), and ends it with the worker.
+The task only hands the job to that process and waits for the record.
 Start workers with one thread each, for example::
 
     dask worker tcp://HOST:8786 --nthreads 1 --nworkers 2
@@ -22,7 +24,6 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,8 +35,10 @@ PLUGIN_NAME = "course-lib-grader"
 
 
 class GraderPlugin(WorkerPlugin):
-    """A Dask worker plugin: one warm sandbox runner per worker, on a slot no other runner on
-    the host holds (a lock file per slot), closed when the worker closes.
+    """A Dask worker plugin: one grading process per worker (forked from it, with a warm
+    sandbox runner on a slot no other runner on the host holds: a lock file per slot),
+    ended when the worker closes. The worker's task thread only hands it each job and waits,
+    so the worker's own threads never compete with the grading (:mod:`..pool`).
 
     Args:
         sandbox: ``auto``, ``required`` or ``off``, as ``course-lib grade --sandbox``.
@@ -47,23 +50,52 @@ class GraderPlugin(WorkerPlugin):
 
     def __init__(self, sandbox: str = "auto", limits: Any = None, hide: Iterable[str] = ()):
         self.sandbox, self.limits, self.hide = sandbox, limits, list(hide)
-        self.runner: Any = None
+        self.process: Any = None
         self._lock: Any = None
 
     def setup(self, worker: Any) -> None:
-        import torch
+        slot, self._lock = _claim_slot()
+        self.process = self._fork(slot)
 
+    def _fork(self, slot: int) -> Any:
+        from .pool import GradingProcess
+
+        process = GradingProcess(self._start, _grade, slot)
+        process.started()
+        return process
+
+    def _start(self, slot: int) -> Any:
         from .sandbox import Limits, Runner
 
-        torch.set_num_threads(1)  # as local grading does (batch.grade_all): the worker's torch work is tiny
-        slot, self._lock = _claim_slot()
-        self.runner = Runner(mode=self.sandbox, limits=self.limits or Limits(), slot=slot, hide=self.hide)
+        return Runner(mode=self.sandbox, limits=self.limits or Limits(), slot=slot, hide=self.hide)
+
+    def grade(self, job: tuple[bytes, str, int | None]) -> tuple[dict[str, Any], float]:
+        """The record of ``job`` (notebook bytes, assignment, seed) and the seconds it took.
+        A grading process that died is replaced for the next job; this one raises."""
+        try:
+            return self.process.grade(job)
+        except RuntimeError:
+            self.process.stop()
+            self.process = self._fork(self.process.slot)
+            raise
 
     def teardown(self, worker: Any) -> None:
-        if self.runner is not None:
-            self.runner.close()
+        if self.process is not None:
+            self.process.stop()
         if self._lock is not None:
             self._lock.close()
+
+
+def _grade(runner: Any, job: tuple[bytes, str, int | None]) -> dict[str, Any]:
+    """In the grading process: the record of one notebook."""
+    from .autograde import failed_record, grade_submission, sha256
+    from .batch import _reason
+
+    data, assignment, seed = job
+    try:
+        return grade_submission(data, assignment, runner, seed=seed)
+    except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
+        return failed_record(assignment, _reason(e), sha256(data), runner.isolation, seed)
 
 
 def _claim_slot(first: int = 1000, count: int = 4000) -> tuple[int, Any]:
@@ -85,16 +117,12 @@ def _claim_slot(first: int = 1000, count: int = 4000) -> tuple[int, Any]:
 
 
 def grade_on_worker(data: bytes, assignment: str, seed: int | None) -> tuple[dict[str, Any], float]:
-    """The task: grade one notebook with this worker's runner (see :class:`GraderPlugin`);
-    returns the record and the seconds it took."""
+    """The task: grade one notebook in this worker's grading process (see
+    :class:`GraderPlugin`); returns the record and the seconds it took."""
     from distributed import get_worker
 
-    from .autograde import grade_submission
-
     plugin: Any = get_worker().plugins[PLUGIN_NAME]
-    t0 = time.perf_counter()
-    record = grade_submission(data, assignment, plugin.runner, seed=seed)
-    return record, time.perf_counter() - t0
+    return plugin.grade((data, assignment, seed))
 
 
 def grade_on_cluster(
@@ -135,5 +163,5 @@ def grade_on_cluster(
 
 
 def _describe_runner(dask_worker: Any) -> tuple[str, str]:
-    runner = dask_worker.plugins[PLUGIN_NAME].runner
-    return runner.isolation, runner.memory_limit
+    process = dask_worker.plugins[PLUGIN_NAME].process
+    return process.isolation, process.memory_limit

@@ -1,49 +1,193 @@
-"""Local grading processes: a batch's notebooks graded by forked copies of the grading process.
+"""Grading processes: notebooks graded by forked copies of the grading process.
 
 Grading a notebook in the grader's own process is Python work (sending the calls, checking
 and comparing the results, judging mistakes) while the student's code runs in the sandbox.
-Two grading *threads* share one interpreter lock, so on 2 cores a batch graded with two
-threads spent about a third more CPU per notebook than one thread alone. ``grade_all`` with
-``jobs >= 2`` therefore forks ``jobs`` grading processes, each with one warm sandbox
-:class:`~course_lib.autograder.sandbox.Runner` of its own (its zygote is a separate process,
-as always: no student code runs in a grading process).
+Python threads share one interpreter lock: two grading threads in one process spent about a
+third more CPU per notebook than one alone, and a Dask worker's own threads (its event
+loop, heartbeats, profiler, memory monitor) slowed the grading in its task thread by about
+a quarter. So the grading runs in a :class:`GradingProcess` of its own, with one warm sandbox
+:class:`~course_lib.autograder.sandbox.Runner` (whose zygote is a separate process, as
+always: no student code runs in a grading process):
+
+- ``grade_all`` with ``jobs >= 2`` forks ``jobs`` of them (:func:`grade_in_processes`);
+- each Dask worker forks one (:class:`~course_lib.autograder.cluster.GraderPlugin`), and
+  its task thread only hands it the job and waits.
 
 Forking, not spawning: a child starts with everything the parent has (torch and the grader
-imported, each exercise's cases and reference outputs computed), so it is ready at once; it
-is given only the index of its next job (the notebooks' bytes are in its copy of memory) and
-sends back the record. The parent alone writes the gradebook, as on a Dask cluster.
+imported, each exercise's cases and reference outputs computed), so it is ready at once. A
+local child is given only the index of its next job (the notebooks' bytes are in its copy of
+memory); a worker's child is sent the job. Each sends back the record; the parent alone
+writes the gradebook.
 
 A grading process that dies (killed, out of memory, a fault in the grader) takes only the
-job it was grading: that submission is recorded as failed with the reason (the next run
-grades it again) and a fresh process takes its place, so the batch always finishes. Only
-grading processes that keep dying before they take a job stop the batch, with an error,
-rather than fork forever. A process that
-cannot start its runner (no sandbox where one is required) sends the error, which is raised
-here as it would be in a single process. Every grading process dies with the parent.
+job it was grading: locally, that submission is recorded as failed with the reason (the next
+run grades it again) and a fresh process takes its place, so the batch always finishes; only
+processes that keep dying before they take a job stop the batch, with an error, rather than
+fork forever. A process that cannot start its runner (no sandbox where one is required)
+sends the error, which is raised in the parent as it would be in one process. A grading
+process is forked from the sandbox's spawner thread (which lives as long as its process)
+and dies with its parent.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection, Pipe, wait
 from typing import Any
 
-__all__ = ["grade_in_processes"]
+from .sandbox import isolation as iso
+
+__all__ = ["GradingProcess", "grade_in_processes"]
 
 _MAX_IDLE_DEATHS = 3  # grading processes that died in a row before they took a job
 _JOIN_SECONDS = 10.0
 
 
-def _die_with_parent() -> None:
-    """SIGTERM to this process when the one that forked it ends (even by SIGKILL)."""
-    from .sandbox.worker.syscalls import PR_SET_PDEATHSIG, prctl
+class GradingProcess:
+    """One forked grading process with a runner of its own, graded one job at a time.
 
-    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    Args:
+        start: ``start(slot)`` makes the runner, in the child.
+        grade: ``grade(runner, job)`` -> the record, in the child; must not raise for
+            anything a submission does.
+        slot: the runner's slot (its uid and cgroup).
+        jobs: what :meth:`give` refers to by index (read in the child's copy, never sent).
+        siblings: other grading processes of this parent, whose ends the child closes.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[int], Any],
+        grade: Callable[[Any, Any], dict],
+        slot: int,
+        jobs: Sequence[Any] = (),
+        siblings: Sequence[GradingProcess] = (),
+    ):
+        self.slot = slot
+        self.job: int | None = None  # the index of the job it was given last
+        self.isolation = self.memory_limit = "unknown"
+        self._lock = threading.Lock()
+        self.conn, theirs = Pipe()
+        parent = os.getpid()
+        ends = [self.conn] + [s.conn for s in siblings]
+
+        def child() -> None:
+            for end in ends:
+                end.close()
+            _serve(theirs, parent, slot, jobs, start, grade)
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = iso.spawner.call(lambda: _fork(child))
+        theirs.close()
+        self.exitcode: int | None = None
+
+    def give(self, i: int | None, job: Any = None) -> None:
+        """Ask for job ``i`` (``jobs[i]``, or ``job`` if given); None: finish and exit."""
+        self.job = i
+        try:
+            self.conn.send(None if i is None else (i, job))
+        except OSError:  # it died: seen as the end of its stream
+            pass
+
+    def recv(self) -> tuple | None:
+        """Its next message (``ready``, ``error`` or ``done``); None once it has died."""
+        try:
+            message = self.conn.recv()
+        except (EOFError, OSError):
+            return None
+        if message[0] == "ready":
+            self.isolation, self.memory_limit = message[1], message[2]
+        return message
+
+    def started(self) -> None:
+        """Wait for its runner: raise what ``start`` raised there, or why it died."""
+        message = self.recv()
+        if message is None:
+            raise RuntimeError(f"the grading process did not start: {self.end()}")
+        if message[0] == "error":
+            self.stop()
+            raise message[1]
+
+    def grade(self, job: Any) -> tuple[dict, float]:
+        """Grade ``job`` and wait: the record and the seconds it took (RuntimeError if the
+        process died meanwhile). One job at a time, whatever the calling thread."""
+        with self._lock:
+            self.give(0, job)
+            message = self.recv()
+            if message is None or message[0] != "done":
+                raise RuntimeError(self.end())
+            return message[2], message[3]
+
+    def alive(self) -> bool:
+        return self._wait(os.WNOHANG) is None
+
+    def _wait(self, flags: int) -> int | None:
+        if self.exitcode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped elsewhere
+                self.exitcode = -signal.SIGKILL
+                return self.exitcode
+            if pid:
+                self.exitcode = os.waitstatus_to_exitcode(status)
+        return self.exitcode
+
+    def end(self) -> str:
+        """Why it ended, once it has (for the record of the job it took with it)."""
+        deadline = time.monotonic() + _JOIN_SECONDS
+        while self._wait(os.WNOHANG) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        code = self.exitcode
+        if code is None:
+            return "the grading process stopped answering"
+        if code < 0:
+            try:
+                return f"the grading process was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"the grading process was killed by signal {-code}"
+        return f"the grading process ended with exit status {code}"
+
+    def stop(self, now: bool = False) -> None:
+        """End it: after its job (``now``: at once; it still closes its runner)."""
+        if self.alive():
+            if now:
+                os.kill(self.pid, signal.SIGTERM)
+            else:
+                self.give(None)
+            self.end()
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+            self._wait(0)
+        self.conn.close()
+
+
+def _fork(child: Callable[[], None]) -> int:
+    """Fork; the child runs ``child()`` and exits without returning here."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        child()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0
+    except BaseException:  # noqa: BLE001 - the child must never return into the parent's code
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    return 0  # not reached
 
 
 def _serve(
@@ -54,15 +198,17 @@ def _serve(
     start: Callable[[int], Any],
     grade: Callable[[Any, Any], dict],
 ) -> None:
-    """A grading process: start a runner on ``slot``, then grade the job whose index the
-    parent sends, until it sends None."""
+    """A grading process: start a runner on ``slot``, then grade each job the parent asks
+    for, until it sends None."""
+    from .sandbox.worker.syscalls import PR_SET_PDEATHSIG, prctl
 
     def stop(signum, frame):
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
-    _die_with_parent()
-    if os.getppid() != parent:  # the parent ended before the line above
+    signal.signal(signal.SIGINT, stop)
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # when the parent's spawner thread ends: with its process
+    if os.getppid() != parent:  # the parent ended before that
         return
     import torch
 
@@ -75,63 +221,17 @@ def _serve(
     try:
         conn.send(("ready", runner.isolation, runner.memory_limit))
         while True:
-            i = conn.recv()
-            if i is None:
+            asked = conn.recv()
+            if asked is None:
                 return
+            i, job = asked
             t0 = time.perf_counter()
-            record = grade(runner, jobs[i])
+            record = grade(runner, jobs[i] if job is None else job)
             conn.send(("done", i, record, time.perf_counter() - t0))
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):  # the parent is gone or stopping
+    except (EOFError, BrokenPipeError):  # the parent is gone
         return
     finally:
         runner.close()
-
-
-class _Process:
-    """The parent's end of one grading process."""
-
-    def __init__(self, ctx: Any, slot: int, jobs: Sequence[Any], start: Callable, grade: Callable):
-        self.conn, theirs = ctx.Pipe()
-        self.slot = slot
-        self.job: int | None = None
-        self.proc = ctx.Process(
-            target=_serve, args=(theirs, os.getpid(), slot, jobs, start, grade), name=f"grader-{slot}", daemon=True
-        )
-        self.proc.start()
-        theirs.close()
-
-    def give(self, i: int | None) -> None:
-        self.job = i
-        try:
-            self.conn.send(i)
-        except OSError:  # it died: seen as the end of its stream
-            pass
-
-    def end(self) -> str:
-        """Why it ended, once it has (for the record of the job it took with it)."""
-        self.proc.join(_JOIN_SECONDS)
-        code = self.proc.exitcode
-        if code is None:
-            return "the grading process stopped answering"
-        if code < 0:
-            try:
-                return f"the grading process was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"the grading process was killed by signal {-code}"
-        return f"the grading process ended with exit status {code}"
-
-    def stop(self, now: bool = False) -> None:
-        """End it: after its job (``now``: at once; its runner is still closed)."""
-        if self.proc.is_alive():
-            if now:
-                self.proc.terminate()
-            else:
-                self.give(None)
-            self.proc.join(_JOIN_SECONDS)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-        self.conn.close()
 
 
 def grade_in_processes(
@@ -146,7 +246,7 @@ def grade_in_processes(
     each record here as it comes back.
 
     Args:
-        jobs: what to grade, read by index in the children (forked: never pickled).
+        jobs: what to grade, read by index in the children (forked: never sent).
         processes: how many grading processes (at least 1).
         start: ``start(slot)`` makes a process's runner, in that process; slots are
             ``0 .. processes - 1``, and a process replacing a dead one takes its slot.
@@ -164,28 +264,27 @@ def grade_in_processes(
     """
     if processes < 1:
         raise ValueError(f"grade_in_processes: processes must be >= 1, got {processes}")
-    ctx = multiprocessing.get_context("fork")
     todo = list(range(len(jobs)))
     todo.reverse()  # popped from the end: in order
     described: tuple[str, str] | None = None
     idle_deaths = 0
-    sys.stdout.flush()
-    sys.stderr.flush()
-    running = {p.conn: p for p in (_Process(ctx, s, jobs, start, grade) for s in range(processes))}
+    running: dict[Any, GradingProcess] = {}  # by its connection
+
+    def fork(slot: int) -> None:
+        p = GradingProcess(start, grade, slot, jobs, list(running.values()))
+        running[p.conn] = p
+
     try:
+        for slot in range(processes):
+            fork(slot)
         while running:
             for ready in wait(list(running)):
                 p = running[ready]
-                conn = p.conn
-                message: Any
-                try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    message = None
+                message = p.recv()
                 if message is None:  # it died
-                    del running[conn]
+                    del running[p.conn]
                     reason = p.end()
-                    conn.close()
+                    p.conn.close()
                     if p.job is not None:  # it took a job with it: every death ends a job
                         save(jobs[p.job], lost(jobs[p.job], reason), 0.0)
                     else:  # it died starting: not forever
@@ -193,14 +292,12 @@ def grade_in_processes(
                         if idle_deaths >= _MAX_IDLE_DEATHS:
                             raise RuntimeError(f"grading processes keep dying as they start ({reason})")
                     if todo:
-                        fresh = _Process(ctx, p.slot, jobs, start, grade)
-                        running[fresh.conn] = fresh
+                        fork(p.slot)
                     continue
-                kind = message[0]
-                if kind == "error":
+                if message[0] == "error":
                     raise message[1]
-                if kind == "ready":
-                    described = described or (message[1], message[2])
+                if message[0] == "ready":
+                    described = described or (p.isolation, p.memory_limit)
                 else:  # done
                     _, i, record, seconds = message
                     idle_deaths = 0
@@ -208,7 +305,7 @@ def grade_in_processes(
                 if todo:
                     p.give(todo.pop())
                 else:
-                    del running[conn]
+                    del running[p.conn]
                     p.stop()
     finally:
         for p in running.values():  # only after an error: the rest may be mid-job
