@@ -204,3 +204,24 @@ def test_grading_processes_give_the_records_of_one_process(tmp_path):
             rows[jobs] = dict(book.rows())
     assert rows[1] == rows[2]
     assert len({r["score"] for r in rows[2].values()}) == 3
+
+
+def test_a_dask_workers_grading_process_that_dies_fails_its_job_and_is_replaced(tmp_path):
+    from course_lib.autograder.cluster import GraderPlugin
+
+    plugin = GraderPlugin(sandbox="off")
+    plugin.setup(worker=None)
+    try:
+        blank = (ROOT / "exercises" / f"{A}.ipynb").read_bytes()
+        record, seconds = plugin.grade((blank, A, None))
+        assert record["status"] == "graded" and record["score"] == 0 and seconds > 0
+        first = plugin.process.pid
+        os.kill(first, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="killed by SIGKILL"):
+            plugin.grade((blank, A, None))
+        assert plugin.process.pid != first and not _running(first)
+        record, _ = plugin.grade((blank, A, None))
+        assert record["status"] == "graded"
+    finally:
+        plugin.teardown(worker=None)
+    assert not _running(plugin.process.pid)
