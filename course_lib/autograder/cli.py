@@ -222,7 +222,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("grade", help="grade SUBMISSIONS/<student>/<NN_slug>.ipynb into a SQLite gradebook")
     p.add_argument("submissions", help="folder with one subfolder per student")
     p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
-    p.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default: 2)")
+    p.add_argument("--jobs", type=int, default=2, help="grading processes: submissions graded at once (default: 2)")
     p.add_argument(
         "--scheduler",
         metavar="ADDRESS",
