@@ -32,7 +32,6 @@ from distributed import WorkerPlugin
 __all__ = ["GraderPlugin", "grade_on_worker", "grade_on_cluster", "PLUGIN_NAME"]
 
 PLUGIN_NAME = "course-lib-grader"
-_MAX_CHUNK = 8  # notebooks a task
 
 
 class GraderPlugin(WorkerPlugin):
@@ -117,26 +116,13 @@ def _claim_slot(first: int = 1000, count: int = 4000) -> tuple[int, Any]:
     raise RuntimeError("no free runner slot on this host")
 
 
-def grade_on_worker(batch: list[tuple[bytes, str]], seed: int | None) -> list[tuple[dict[str, Any], float] | str]:
-    """The task: grade a few notebooks (bytes, assignment) one after another in this worker's
-    grading process (see :class:`GraderPlugin`); for each, the record and the seconds it took,
-    or why it could not be graded (its grading process died: the next one has a fresh one)."""
+def grade_on_worker(data: bytes, assignment: str, seed: int | None) -> tuple[dict[str, Any], float]:
+    """The task: grade one notebook in this worker's grading process (see
+    :class:`GraderPlugin`); returns the record and the seconds it took."""
     from distributed import get_worker
 
     plugin: Any = get_worker().plugins[PLUGIN_NAME]
-    out: list[tuple[dict[str, Any], float] | str] = []
-    for data, assignment in batch:
-        try:
-            out.append(plugin.grade((data, assignment, seed)))
-        except RuntimeError as e:
-            out.append(f"RuntimeError: {e}")
-    return out
-
-
-def chunk_size(jobs: int, workers: int) -> int:
-    """Notebooks per task: a few, so that the scheduler handles fewer tasks (each costs it
-    about 10 ms of CPU), while every worker still gets at least 8 tasks to balance the load."""
-    return max(1, min(_MAX_CHUNK, jobs // (8 * max(workers, 1))))
+    return plugin.grade((data, assignment, seed))
 
 
 def grade_on_cluster(
@@ -146,14 +132,11 @@ def grade_on_cluster(
     plugin: GraderPlugin,
     save: Callable[[Any, dict[str, Any], float], None],
     failed: Callable[[Any, str, str], dict[str, Any]],
-    task: Callable[..., list[tuple[dict[str, Any], float] | str]] = grade_on_worker,
-    chunk: int | None = None,
+    task: Callable[..., tuple[dict[str, Any], float]] = grade_on_worker,
 ) -> tuple[str, str]:
-    """Send ``jobs`` (submission, bytes, digest) to the cluster at ``scheduler``, ``chunk``
-    notebooks a task (default :func:`chunk_size`), and ``save`` each record as its task
-    completes. A task that failed as a whole (a worker died under it) is sent again one
-    notebook a task, so that only a notebook that fails on its own is saved as
-    ``failed(submission, reason, digest)``, as is one that could not be graded. Returns the
+    """Send ``jobs`` (submission, bytes, digest) to the cluster at ``scheduler`` and ``save``
+    each record as it completes; a job that failed on the cluster (a worker killed it too
+    often, or the task raised) is saved as ``failed(submission, reason, digest)``. Returns the
     workers' isolation and memory limit, as the first worker reports them. Waits up to two
     minutes for a first worker."""
     from distributed import Client, as_completed
@@ -163,35 +146,18 @@ def grade_on_cluster(
         client.register_plugin(plugin, name=PLUGIN_NAME)
         info = client.run(_describe_runner)
         isolation, memory = next(iter(info.values()), ("unknown", "unknown"))
-        size = chunk or chunk_size(len(jobs), len(info))
-        futures: dict[Any, list[tuple[Any, bytes, str]]] = {}
-
-        def send(group: list[tuple[Any, bytes, str]]) -> Any:
-            sub, _, digest = group[0]
-            batch = [(data, s.assignment) for s, data, _ in group]
-            future = client.submit(task, batch, seed, pure=False, key=f"grade-{digest[:16]}-{id(sub)}-{len(group)}")
-            futures[future] = group
-            return future
-
-        pending = as_completed([send(jobs[i : i + size]) for i in range(0, len(jobs), size)])
-        for future in pending:
-            group = futures.pop(future)
+        futures = {}
+        for sub, data, digest in jobs:
+            future = client.submit(task, data, sub.assignment, seed, pure=False, key=f"grade-{digest[:16]}-{id(sub)}")
+            futures[future] = (sub, digest)
+        for future in as_completed(futures):
+            sub, digest = futures.pop(future)
             try:
-                results = future.result()
+                record, seconds = future.result()
             except Exception as e:  # noqa: BLE001 - KilledWorker, a lost worker, the task's own error
-                if len(group) > 1:  # which one? each on its own
-                    for job in group:
-                        pending.add(send([job]))
-                    future.release()
-                    continue
-                results = [f"{type(e).__name__}: {e}"]
-            if not isinstance(results, list) or len(results) != len(group):
-                results = ["the task returned no result for it"] * len(group)
-            for (sub, _, digest), result in zip(group, results, strict=True):
-                if isinstance(result, str):
-                    save(sub, failed(sub, f"the cluster could not grade it ({result})"[:500], digest), 0.0)
-                else:
-                    save(sub, *result)
+                record = failed(sub, f"the cluster could not grade it ({type(e).__name__}: {e})"[:500], digest)
+                seconds = 0.0
+            save(sub, record, seconds)
             future.release()
     return isolation, memory
 

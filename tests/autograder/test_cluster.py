@@ -170,10 +170,10 @@ def test_a_job_that_kills_its_workers_every_time_is_recorded_as_failed_and_the_b
     try:
         data = (ROOT / "solutions" / f"{A}.ipynb").read_bytes()
 
-        def deadly(batch: list[tuple[bytes, str]], seed):
-            if any(b"KILL-THE-WORKER" in data for data, _ in batch):
+        def deadly(data: bytes, assignment: str, seed):
+            if b"KILL-THE-WORKER" in data:
                 os.kill(os.getpid(), signal.SIGKILL)
-            return grade_on_worker(batch, seed)
+            return grade_on_worker(data, assignment, seed)
 
         subs = [Submission(f"s{i}", A, Path(f"s{i}.ipynb")) for i in range(3)]
         jobs = [(subs[0], data, "a" * 64), (subs[1], b"KILL-THE-WORKER" + data, "b" * 64), (subs[2], data, "c" * 64)]
@@ -182,20 +182,17 @@ def test_a_job_that_kills_its_workers_every_time_is_recorded_as_failed_and_the_b
         def failed(sub, reason, digest):
             return {"status": "error", "messages": [reason], "score": 0.0}
 
-        for chunk in (1, 3):  # one task each; one task for all three, split when it keeps failing
-            saved.clear()
-            grade_on_cluster(
-                c.address,
-                jobs,
-                None,
-                GraderPlugin("auto"),
-                lambda sub, record, seconds: saved.__setitem__(sub.student, record),
-                failed,
-                task=deadly,
-                chunk=chunk,
-            )
-            assert sorted(saved) == ["s0", "s1", "s2"]
-            assert saved["s0"]["status"] == saved["s2"]["status"] == "graded"
-            assert saved["s1"]["status"] == "error" and "KilledWorker" in saved["s1"]["messages"][0]
+        grade_on_cluster(
+            c.address,
+            jobs,
+            None,
+            GraderPlugin("auto"),
+            lambda sub, record, seconds: saved.__setitem__(sub.student, record),
+            failed,
+            task=deadly,
+        )
+        assert sorted(saved) == ["s0", "s1", "s2"]
+        assert saved["s0"]["status"] == saved["s2"]["status"] == "graded"
+        assert saved["s1"]["status"] == "error" and "KilledWorker" in saved["s1"]["messages"][0]
     finally:
         c.close()
