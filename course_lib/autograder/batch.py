@@ -35,6 +35,7 @@ __all__ = [
     "Submission",
     "discover",
     "grade_all",
+    "grade_or_fail",
     "read_submission",
     "student_id",
     "Summary",
@@ -167,6 +168,15 @@ def peak_memory_mb() -> float:
 
 def _reason(e: BaseException) -> str:
     return student_message(f"{type(e).__name__}: {e}", 200)
+
+
+def grade_or_fail(runner: Any, data: bytes, assignment: str, seed: int | None, digest: str) -> dict:
+    """The record of one notebook (:func:`.autograde.grade_submission`) or, should the grader
+    itself fail on it, a failed record with the reason (regraded on the next run)."""
+    try:
+        return grade_submission(data, assignment, runner, seed=seed)
+    except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
+        return failed_record(assignment, _reason(e), digest, runner.isolation, seed)
 
 
 def grade_all(
@@ -312,10 +322,7 @@ def grade_all(
 
     def grade(runner: Runner, job: tuple[Submission, bytes, str]) -> dict:
         sub, data, digest = job
-        try:
-            return grade_submission(data, sub.assignment, runner, seed=seed)
-        except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
-            return failed_record(sub.assignment, _reason(e), digest, runner.isolation, seed)
+        return grade_or_fail(runner, data, sub.assignment, seed, digest)
 
     def done(job: tuple[Submission, bytes, str], record: dict, seconds: float) -> None:
         save(job[0], record, seconds)

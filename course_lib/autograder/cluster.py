@@ -88,14 +88,11 @@ class GraderPlugin(WorkerPlugin):
 
 def _grade(runner: Any, job: tuple[bytes, str, int | None]) -> dict[str, Any]:
     """In the grading process: the record of one notebook."""
-    from .autograde import failed_record, grade_submission, sha256
-    from .batch import _reason
+    from .autograde import sha256
+    from .batch import grade_or_fail
 
     data, assignment, seed = job
-    try:
-        return grade_submission(data, assignment, runner, seed=seed)
-    except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
-        return failed_record(assignment, _reason(e), sha256(data), runner.isolation, seed)
+    return grade_or_fail(runner, data, assignment, seed, sha256(data))
 
 
 def _claim_slot(first: int = 1000, count: int = 4000) -> tuple[int, Any]:
