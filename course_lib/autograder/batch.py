@@ -346,8 +346,8 @@ def grade_all(
                 runner.close()
         else:  # one interpreter each (pool.py says why)
 
-            def lost(job: tuple[Submission, bytes, str], reason: str) -> dict:
-                return failed_record(job[0].assignment, reason, job[2], summary.isolation, seed)
+            def lost(job: tuple[Submission, bytes, str], reason: str, isolation: str) -> dict:
+                return failed_record(job[0].assignment, reason, job[2], isolation, seed)
 
             summary.isolation, summary.memory = grade_in_processes(work, n, start, grade, done, lost)
     finally:

@@ -240,7 +240,7 @@ def grade_in_processes(
     start: Callable[[int], Any],
     grade: Callable[[Any, Any], dict],
     save: Callable[[Any, dict, float], None],
-    lost: Callable[[Any, str], dict],
+    lost: Callable[[Any, str, str], dict],
 ) -> tuple[str, str]:
     """Grade ``jobs`` in ``processes`` forked grading processes; ``save(job, record, seconds)``
     each record here as it comes back.
@@ -253,7 +253,8 @@ def grade_in_processes(
         grade: ``grade(runner, job)`` -> the record, in a grading process; must not raise
             for anything a submission does.
         save: called here, in the order the records come back.
-        lost: ``lost(job, reason)`` -> the record of a job whose grading process died.
+        lost: ``lost(job, reason, isolation)`` -> the record of a job whose grading process
+            died (``isolation``: that process's runner's).
 
     Returns:
         The runners' isolation and memory limit, as the first process to start reports them.
@@ -286,7 +287,7 @@ def grade_in_processes(
                     reason = p.end()
                     p.conn.close()
                     if p.job is not None:  # it took a job with it: every death ends a job
-                        save(jobs[p.job], lost(jobs[p.job], reason), 0.0)
+                        save(jobs[p.job], lost(jobs[p.job], reason, p.isolation), 0.0)
                     else:  # it died starting: not forever
                         idle_deaths += 1
                         if idle_deaths >= _MAX_IDLE_DEATHS:

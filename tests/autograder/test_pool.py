@@ -43,7 +43,8 @@ def _pool(jobs, processes, grade, start=_Stub):
     def save(job, record, seconds):
         saved.append((job, record))
 
-    def on_lost(job, reason):
+    def on_lost(job, reason, isolation):
+        assert isolation == "stub"  # the dead process's runner's
         lost.append((job, reason))
         return {"lost": reason}
 
@@ -164,7 +165,7 @@ def test_a_submission_whose_grading_process_dies_is_recorded_as_failed_and_regra
     monkeypatch.setattr(batch, "grade_submission", stand_in)
     monkeypatch.setenv("KILL_THE_GRADER", "1")
     db = tmp_path / "g.sqlite"
-    first = grade_all(subs, db, jobs=2, sandbox="off", progress=False)
+    first = grade_all(subs, db, jobs=2, sandbox="auto", progress=False)
     assert (first.graded, first.failed) == (6, 1)
     assert first.failures == [
         "s3/02_self_attention: Not graded yet: the grader failed (the grading process was killed by SIGKILL); "
@@ -173,6 +174,7 @@ def test_a_submission_whose_grading_process_dies_is_recorded_as_failed_and_regra
     with Gradebook(db) as book:
         records = dict(book.rows())
     assert records["s3"]["status"] == "error" and records["s3"]["score"] == 0
+    assert records["s3"]["isolation"] == first.isolation == isolation.detect_isolation()  # the dead process's
     assert all(records[f"s{i}"]["status"] == "graded" for i in (0, 1, 2, 4, 5))
     monkeypatch.delenv("KILL_THE_GRADER")
     second = grade_all(subs, db, jobs=2, sandbox="off", progress=False)
