@@ -106,7 +106,7 @@ def where_the_time_goes(assignment: str, sandbox: str) -> None:
     """Print where one submission's time goes, for the solution and the wrong notebook: the
     job's start (the student's process forked and jailed, no cells), the notebook's cells as
     grading runs them (demo blocks skipped), what the skipped demo blocks would have cost, the
-    graded calls (one at a time over the signed channel), and judging in the grading process
+    graded calls (over the signed channel, one function's together), and judging in the grading process
     (comparisons, named mistakes)."""
     from course_lib.autograder.autograde import grade_submission, make_job
     from course_lib.autograder.demos import skip_demos

@@ -735,6 +735,37 @@ def test_forged_frames_hold_the_submission_for_review_and_earn_nothing(runner):
     check_honest(runner.run(honest_job()[0]))
 
 
+def test_no_call_input_reaches_the_student_process_before_its_cells_have_all_run(runner):
+    # the last cell reads what the requests pipe (fd 4) holds: nothing, the calls come later
+    cells = [
+        "def f(x):\n    return x + 1",
+        "import os\nos.set_blocking(4, False)\ntry:\n    early = os.read(4, 1 << 20)\n"
+        "except BlockingIOError:\n    early = b''\nos.set_blocking(4, True)\n"
+        "def early_bytes():\n    return len(early)",
+    ]
+    res = run(runner, cells, {"f": [Call((torch.tensor(1.0),))] * 3, "early_bytes": [Call()]})
+    assert res.status == "ok" and res.cell_errors == [], res
+    assert res.outcomes["early_bytes"][0].value == 0
+    assert [o.value.item() for o in res.outcomes["f"]] == [2.0, 2.0, 2.0]
+
+
+def test_a_call_that_takes_its_functions_later_calls_from_the_pipe_only_loses_them(runner):
+    # one function's calls are sent together: a call that reads the others' frames leaves the
+    # harness without them; they are never answered, and the job ends at the submission limit
+    cells = ["import os\ndef f(x):\n    if x == 1:\n        os.read(4, 1 << 20)\n    return x * 10"]
+    t0 = time.monotonic()
+    runner.limits = dataclasses.replace(LIMITS, submission_seconds=2.0)
+    try:
+        res = run(runner, cells, {"f": [Call((1,)), Call((2,)), Call((3,))]})
+    finally:
+        runner.limits = LIMITS
+    assert time.monotonic() - t0 < 2.0 + 10
+    assert res.status == "timeout" and res.violations == [], res
+    assert res.outcomes["f"][0] == Outcome("ok", 10)
+    assert [o.status for o in res.outcomes["f"][1:]] == ["error", "error"]
+    check_honest(runner.run(honest_job()[0]))
+
+
 def test_a_malformed_stream_is_a_review_not_a_crash_of_the_grader(runner):
     cells = [
         "import os\nos.write(3, b'\\xff\\xff\\xff\\x7f' + b'x' * 100)\nimport time\ntime.sleep(1)",

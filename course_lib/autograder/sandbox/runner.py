@@ -28,10 +28,11 @@ notebook's cells and then answers the grader's calls one at a time, inside these
 
 The channel (see :mod:`course_lib.autograder.sandbox.worker`): every frame from the student's process
 carries a sequence number and an HMAC under a key made for this job, and is accepted only in
-its place: cell events, then ``cells_done``, then exactly one reply per call the grader sends,
-each call's inputs sent only when it is made. Anything else (a forged or out-of-order frame,
-bytes that break the framing) is a *violation*: the job is stopped and the submission is held
-for review. How the process ended comes from the zygote over its own socket, which no
+its place: cell events, then ``cells_done``, then exactly one reply per call the grader sends.
+No call's inputs are sent before the cells have all run; then each function's calls go out
+together, and the next function's only once they are answered. Anything else (a forged or
+out-of-order frame, bytes that break the framing) is a *violation*: the job is stopped and the
+submission is held for review. How the process ended comes from the zygote over its own socket, which no
 student code can write to.
 
 Time limits: each cell gets ``cell_seconds`` of wall-clock time, each call ``call_seconds``
@@ -219,8 +220,8 @@ class _Pipes:
 
 class _Conversation:
     """One job's exchange with the worker: verifies every frame of the student's process
-    (HMAC, sequence, place in the protocol), sends the calls one at a time, and collects what
-    comes back."""
+    (HMAC, sequence, place in the protocol), sends the calls (one function's together), and
+    collects what comes back."""
 
     def __init__(self, runner: Runner, job: Job, key: bytes, deadline: float, pipes: _Pipes):
         self.runner, self.job, self.key, self.deadline, self.pipes = runner, job, key, deadline, pipes
@@ -392,12 +393,16 @@ class _Conversation:
             if key in self.job.when and not self._decide(key):
                 self.skipped.add(key)
                 continue
+            # All of this function's calls go out together: the student's process answers them
+            # in order without waiting on this process between them. The next function's are
+            # sent only after these replies (whether its stand-in run is made depends on them).
             for i, call in enumerate(calls):
-                header, blobs = encode_call(k, name, call)
+                header, blobs = encode_call(k + i, name, call)
                 if standins:
                     header["standins"] = list(standins)
                 if self.aborted or not self.send(header, blobs):
                     return self._wait(lambda g: False)["end"]
+            for i in range(len(calls)):
                 g = self._wait(lambda g, k=k, s=standins: self._reply_or_forward(g, k, s))
                 if g["t"] == "end":
                     return g["end"]

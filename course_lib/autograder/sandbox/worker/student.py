@@ -4,8 +4,9 @@ Forked by the zygote (:mod:`.zygote`) as PID 1 of a new PID namespace, it sets u
 root (:mod:`.jail`), reads its job from the grader's requests pipe, reports "setup done" on a
 pipe that it closes before any student code runs (so a failed setup is told apart from
 anything a student can do), drops to an unprivileged uid with the seccomp filter, runs the
-cells, then answers the grader's calls **one at a time** (a call's inputs arrive only when the
-grader asks for it).
+cells, then answers the grader's calls **one at a time**, in the order sent. No call's inputs
+are sent before the cells have all run; then the grader sends all the calls of one function
+together (:class:`~course_lib.autograder.sandbox.runner.Runner`).
 
 Every frame it sends carries a sequence number and an HMAC under the job's key
 (:func:`.protocol.encode_signed_frame`). Student code shares this process, so it can write to
@@ -379,8 +380,8 @@ class StudentHarness:
     limit, with fake ``course_lib`` modules and capped output), kills what they left running,
     then answers the grader's calls one at a time, in this process if it has no other
     thread, else in a single-threaded forked child
-    (:meth:`_serve_calls`: each call's inputs arrive only when it is made; each call runs under
-    the call limits and the runtime watch; its result is encoded as plain arrays). Every frame
+    (:meth:`_serve_calls`: no call's inputs arrive before the cells have run; each call runs
+    under the call limits and the runtime watch; its result is encoded as plain arrays). Every frame
     goes out signed through :class:`_Sender`.
     """
 
@@ -406,6 +407,13 @@ class StudentHarness:
         self.sender = _Sender(RESULTS_FD, bytes.fromhex(job["key"]))
         self.channel = (os.fstat(RESULTS_FD).st_ino, os.fstat(REQUESTS_FD).st_ino)
         self.result_bytes = 0
+        self.queued: list[tuple[Header, list[bytes]]] = []  # requests read while a stand-in waited
+
+    def _request(self) -> tuple[Header, list[bytes]]:
+        """The grader's next request: one a stand-in read past, else the next from the pipe."""
+        if self.queued:
+            return self.queued.pop(0)
+        return read_frame_blocking(REQUESTS_FD)
 
     # ------------------------------------------------------------ helpers
     def _kill_strays(self, wait: float = 2.0) -> None:
@@ -589,7 +597,7 @@ class StudentHarness:
         self.sender.send({"t": "cells_done", "missing": missing, "not_own": not_own})
         while True:
             try:
-                header, blobs = read_frame_blocking(REQUESTS_FD)
+                header, blobs = self._request()
             except (EOFError, ValueError, OSError):
                 return 74
             t = header.get("t")
@@ -631,10 +639,14 @@ class StudentHarness:
                 why = e.args[0].replace("returned", "was given", 1)
                 raise TypeError(f"{name} (the reference, standing in for yours) {why}") from None
             harness.sender.send({"t": "ref_call", "fn": name, "value": value}, blobs)
-            try:
-                reply, reply_blobs = read_frame_blocking(REQUESTS_FD)
-            except (EOFError, ValueError, OSError):
-                os._exit(74)
+            while True:  # the function's later calls, sent with this one, come first: kept for later
+                try:
+                    reply, reply_blobs = read_frame_blocking(REQUESTS_FD)
+                except (EOFError, ValueError, OSError):
+                    os._exit(74)
+                if reply.get("t") != "call":
+                    break
+                harness.queued.append((reply, reply_blobs))
             if reply.get("t") != "ref_reply":
                 os._exit(74)  # the grader stopped the job
             if reply.get("status") != "ok":
