@@ -279,8 +279,10 @@ def grade_all(
     if seed is not None and total:
         print(f"drawing fresh inputs from seed {seed} ...", file=sys.stderr)
     for slug in {sub.assignment for sub, _, _ in work}:
-        for ex in exercises_of(slug):
-            ex.expected(seed)  # cases and reference outputs, computed once, before the grading processes fork
+        for ex in exercises_of(slug):  # computed once, before the grading processes fork
+            ex.expected(seed)  # the cases and the reference's outputs
+            ex.mistake_runs(seed)  # the named mistakes' outputs
+            ex.gated()
     hide = [str(Path(submissions).resolve()), str(Path(db).resolve().parent)]
     bar = None
     if progress and total:

@@ -23,7 +23,7 @@ import symtable
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..grading.parsing import parse
+from ..grading.parsing import parse, walk
 
 __all__ = ["skip_demos"]
 
@@ -46,29 +46,29 @@ def _is_demo(node: ast.stmt) -> bool:
     )
 
 
+def _binds(node: ast.AST) -> list[str]:
+    """The names ``node`` itself binds or deletes (not those of the nodes inside it)."""
+    if isinstance(node, ast.Name):
+        return [node.id] if isinstance(node.ctx, (ast.Store, ast.Del)) else []
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+        return [node.name] if node.name else []
+    if isinstance(node, ast.MatchMapping):
+        return [node.rest] if node.rest else []
+    return []
+
+
 def _bound(nodes: Iterable[ast.AST]) -> set[str]:
     """Every name the statements bind or delete in the module's scope (an over-estimate: the
     names bound inside comprehensions and nested scopes count too, so a block is kept when unsure)."""
-    names: set[str] = set()
-    for top in nodes:
-        for node in ast.walk(top):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                names.add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names.update((a.asname or a.name).split(".")[0] for a in node.names)
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                names.update(node.names)
-            elif isinstance(node, ast.arg):
-                names.add(node.arg)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                names.add(node.name)
-            elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-                names.add(node.name)
-            elif isinstance(node, ast.MatchMapping) and node.rest:
-                names.add(node.rest)
-    return names
+    return {name for top in nodes for node in walk(top) for name in _binds(node)}
 
 
 def _read(nodes: Iterable[ast.AST]) -> set[str]:
@@ -96,19 +96,15 @@ def _read(nodes: Iterable[ast.AST]) -> set[str]:
 def _marker_imported_only(trees: Sequence[ast.Module]) -> bool:
     """True when ``when_implemented`` is bound only by ``from course_lib.grading import when_implemented``."""
     for tree in trees:
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, ast.ImportFrom):
                 for a in node.names:
                     if (a.asname or a.name) == _MARKER and (
                         node.module != "course_lib.grading" or node.level or a.name != _MARKER
                     ):
                         return False
-            elif isinstance(node, (ast.Name, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import)):
-                if _MARKER in _bound([node]):
-                    return False
-            elif isinstance(node, (ast.arg, ast.Global, ast.Nonlocal, ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
-                if _MARKER in _bound([node]):
-                    return False
+            elif _MARKER in _binds(node):  # every node is visited: its own names are enough
+                return False
     return True
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .opwatch import resolve
-from .parsing import SHARED_CHARS, parse, parse_shared
+from .parsing import SHARED_CHARS, parse, parse_shared, walk
 
 __all__ = [
     "ParsedCell",
@@ -331,8 +331,9 @@ class Ref:
 def _refs(root: ast.AST) -> Iterator[Ref]:
     """Every dotted name read inside ``root`` (whole chains only), ``getattr`` with a constant
     name as the attribute it reads, and dynamic constructs."""
-    inner = {id(n.value) for n in ast.walk(root) if isinstance(n, ast.Attribute)}
-    for node in ast.walk(root):
+    nodes = walk(root)
+    inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
+    for node in nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
             if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
                 base = _chain(node.args[0]) or ["<expr>"]
@@ -355,7 +356,7 @@ def _stored_names(root: ast.AST) -> set[str]:
     """Names bound inside a function (parameters and stores), the function's locals."""
     names: set[str] = set()
     declared: set[str] = set()
-    for node in ast.walk(root):
+    for node in walk(root):
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             declared.update(node.names)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -376,7 +377,7 @@ def _stored_names(root: ast.AST) -> set[str]:
 def _local_imports(root: ast.AST) -> dict[str, str]:
     """``import ...`` inside a function body: local name -> dotted path."""
     found: dict[str, str] = {}
-    for node in ast.walk(root):
+    for node in walk(root):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.asname:
@@ -435,11 +436,15 @@ class StaticEnvironment:
         for tree in trees:
             for stmt in tree.body:
                 self._module_statement(stmt)
-            for node in ast.walk(tree):  # `global x` inside functions binds x at module level
+            nodes = walk(tree)
+            if not any(isinstance(node, ast.Global) for node in nodes):
+                continue
+            for node in nodes:  # `global x` inside functions binds x at module level
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    declared = {n for g in ast.walk(node) if isinstance(g, ast.Global) for n in g.names}
+                    inside = walk(node)
+                    declared = {n for g in inside if isinstance(g, ast.Global) for n in g.names}
                     if declared:
-                        for sub in ast.walk(node):
+                        for sub in inside:
                             self._store(sub, only=declared)
 
     def local_imports(self, node: ast.AST) -> dict[str, str]:
@@ -496,7 +501,7 @@ class StaticEnvironment:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
             self.dynamic_bindings.extend(node.args[2:3])
         for target, value in pairs:
-            for t in ast.walk(target):
+            for t in walk(target):
                 if isinstance(t, ast.Name) and (only is None or t.id in only):
                     self._bind(t.id, value)
                 elif isinstance(t, ast.Attribute) and only is None:
@@ -573,10 +578,10 @@ def _source_tree(obj: Any) -> ast.AST | None:
     except (OSError, TypeError, SyntaxError, IndentationError, ValueError, RecursionError):
         return None
     name = getattr(obj, "__name__", None)
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return node
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Lambda):
             return node
     return tree

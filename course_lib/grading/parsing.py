@@ -1,4 +1,4 @@
-"""``ast.parse`` that may be called from several threads at once.
+"""``ast.parse`` that may be called from several threads at once, and a faster ``ast.walk``.
 
 CPython 3.11 counts the depth of the AST it is building in state shared by the whole
 interpreter. When two threads parse at the same time and a garbage collection in one runs
@@ -49,3 +49,28 @@ def parse_shared(source: str) -> ast.Module:
     :data:`SHARED_CHARS` characters) within a process: the tree is shared, so callers only read
     it, never change it. Raises what :func:`parse` raises (a failure is not kept)."""
     return _parse_cached(source) if len(source) <= SHARED_CHARS else parse(source)
+
+
+def walk(node: ast.AST) -> list[ast.AST]:
+    """The nodes of the tree under ``node`` (``node`` first), in the order :func:`ast.walk`
+    yields them (breadth first), as a list: the grader's scans read every tree several times,
+    and this is about twice as fast as the generator.
+
+    Args:
+        node: any AST node.
+
+    Returns:
+        The nodes, breadth first.
+    """
+    nodes = [node]
+    i = 0
+    while i < len(nodes):
+        n = nodes[i]
+        i += 1
+        for name in n._fields:
+            v = getattr(n, name, None)
+            if isinstance(v, ast.AST):
+                nodes.append(v)
+            elif isinstance(v, list):
+                nodes.extend([x for x in v if isinstance(x, ast.AST)])
+    return nodes
