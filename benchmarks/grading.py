@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -41,7 +42,11 @@ WRONG = {
 
 
 def make_submissions(out: Path, assignment: str, n: int) -> None:
-    """``n`` student folders under ``out``, each with one notebook for ``assignment``."""
+    """``n`` student folders under ``out``, each with one notebook for ``assignment``; the cells
+    that define graded functions differ from student to student (a comment), as a real class's
+    do: what the grader reads once per distinct cell is not read once for the whole class."""
+    from course_lib.grading.registry import ASSIGNMENTS
+
     solution = json.loads((ROOT / "solutions" / f"{assignment}.ipynb").read_text(encoding="utf-8"))
     blank = json.loads((ROOT / "exercises" / f"{assignment}.ipynb").read_text(encoding="utf-8"))
     wrong = json.loads(json.dumps(solution))
@@ -49,11 +54,16 @@ def make_submissions(out: Path, assignment: str, n: int) -> None:
         {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": WRONG[assignment]}
     )
     variants = [solution, blank, wrong]
+    graded = re.compile(r"^def (" + "|".join(ASSIGNMENTS[assignment]) + r")\(", re.M)
     for i in range(n):
         d = out / f"student{i:03d}"
         d.mkdir(parents=True)
         nb = json.loads(json.dumps(variants[i % 3]))
         nb["metadata"]["student"] = i  # distinct bytes for every student
+        for cell in nb["cells"]:  # and, as in a real class, their own text in the cells they write
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if cell["cell_type"] == "code" and graded.search(source):
+                cell["source"] = source + f"\n# student {i}\n"
         (d / f"{assignment}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
 
 

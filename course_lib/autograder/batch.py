@@ -194,6 +194,7 @@ def grade_all(
     no_deadline: bool = False,
     timestamps: dict[tuple[str, str], str] | None = None,
     scheduler: str | None = None,
+    chunk: int | None = None,
 ) -> Summary:
     """Grade every submission under ``submissions`` into the gradebook ``db``.
 
@@ -204,7 +205,8 @@ def grade_all(
     is on time. Every saved or skipped record gets its penalty anew from its raw score.
 
     With ``scheduler`` (``tcp://HOST:8786``) the notebooks are graded on that Dask cluster's
-    workers (:mod:`course_lib.autograder.cluster`); this process still writes every record.
+    workers (:mod:`course_lib.autograder.cluster`), ``chunk`` notebooks a task (default: a
+    few, :func:`.cluster.chunk_size`); this process still writes every record.
 
     Nothing one submission does stops the batch: every failure on a submission's path (reading,
     parsing, the sandbox, judging, saving) becomes a recorded outcome with its reason, and the
@@ -215,6 +217,8 @@ def grade_all(
     out = out or sys.stdout  # looked up at call time (a redirected or captured stdout)
     if jobs < 1:
         raise ValueError(f"grade: jobs must be >= 1, got {jobs}")
+    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"grade: chunk must be an int >= 1, got {chunk!r}")
     if seed is not None and not isinstance(seed, int):
         raise TypeError(f"grade: seed must be an int, got {type(seed).__name__}")
     subs, notes = discover(submissions, assignments)
@@ -312,6 +316,7 @@ def grade_all(
                 GraderPlugin(sandbox, limits, hide),
                 on_cluster_saved,
                 cluster_failed,
+                chunk=chunk,
             )
         finally:
             if bar is not None:

@@ -14,9 +14,12 @@ Start workers with one thread each, for example::
 
     dask worker tcp://HOST:8786 --nthreads 1 --nworkers 2
 
-A worker that dies takes its jobs with it; the scheduler gives them to another worker. A job
-that kills workers repeatedly (Dask's ``distributed.scheduler.allowed-failures``, 3 by default)
-comes back as ``KilledWorker``, and its submission is recorded as failed with that reason.
+A task carries a few notebooks (:func:`chunk_size`: the scheduler spends about 10 ms of CPU on
+each task). A worker that dies takes its tasks with it; the scheduler gives them to another
+worker. A task that kills workers repeatedly (Dask's ``distributed.scheduler.allowed-failures``,
+3 by default) comes back as ``KilledWorker``: its notebooks are sent again one a task, and a
+notebook that fails on its own again, alone on the cluster, is recorded as failed with that
+reason (:func:`grade_on_cluster`).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from typing import Any
 
 from distributed import WorkerPlugin
 
-__all__ = ["GraderPlugin", "grade_on_worker", "grade_on_cluster", "PLUGIN_NAME"]
+__all__ = ["GraderPlugin", "grade_on_worker", "grade_on_cluster", "chunk_size", "PLUGIN_NAME"]
 
 PLUGIN_NAME = "course-lib-grader"
+_MAX_CHUNK = 8  # notebooks a task
 
 
 class GraderPlugin(WorkerPlugin):
@@ -113,13 +117,27 @@ def _claim_slot(first: int = 1000, count: int = 4000) -> tuple[int, Any]:
     raise RuntimeError("no free runner slot on this host")
 
 
-def grade_on_worker(data: bytes, assignment: str, seed: int | None) -> tuple[dict[str, Any], float]:
-    """The task: grade one notebook in this worker's grading process (see
-    :class:`GraderPlugin`); returns the record and the seconds it took."""
+def grade_on_worker(batch: list[tuple[bytes, str]], seed: int | None) -> list[tuple[dict[str, Any], float] | str]:
+    """The task: grade a few notebooks (bytes, assignment) one after another in this worker's
+    grading process (see :class:`GraderPlugin`); for each, the record and the seconds it took,
+    or why it could not be graded (its grading process died: the next one gets a fresh one)."""
     from distributed import get_worker
 
     plugin: Any = get_worker().plugins[PLUGIN_NAME]
-    return plugin.grade((data, assignment, seed))
+    out: list[tuple[dict[str, Any], float] | str] = []
+    for data, assignment in batch:
+        try:
+            out.append(plugin.grade((data, assignment, seed)))
+        except RuntimeError as e:
+            out.append(f"RuntimeError: {e}")
+    return out
+
+
+def chunk_size(jobs: int, workers: int) -> int:
+    """Notebooks a task: a few, so that the scheduler handles fewer tasks (each costs it about
+    10 ms of CPU, a sixth of a notebook's grading), while every worker still gets at least 8
+    tasks to balance the load."""
+    return max(1, min(_MAX_CHUNK, jobs // (8 * max(workers, 1))))
 
 
 def grade_on_cluster(
@@ -129,13 +147,19 @@ def grade_on_cluster(
     plugin: GraderPlugin,
     save: Callable[[Any, dict[str, Any], float], None],
     failed: Callable[[Any, str, str], dict[str, Any]],
-    task: Callable[..., tuple[dict[str, Any], float]] = grade_on_worker,
+    task: Callable[..., list[tuple[dict[str, Any], float] | str]] = grade_on_worker,
+    chunk: int | None = None,
 ) -> tuple[str, str]:
-    """Send ``jobs`` (submission, bytes, digest) to the cluster at ``scheduler`` and ``save``
-    each record as it completes; a job that failed on the cluster (a worker killed it too
-    often, or the task raised) is saved as ``failed(submission, reason, digest)``. Returns the
-    workers' isolation and memory limit, as the first worker reports them. Waits up to two
-    minutes for a first worker."""
+    """Send ``jobs`` (submission, bytes, digest) to the cluster at ``scheduler``, ``chunk``
+    notebooks a task (default :func:`chunk_size`), and ``save`` each record as its task
+    completes. Returns the workers' isolation and memory limit, as the first worker reports
+    them. Waits up to two minutes for a first worker.
+
+    A task that fails as a whole (its worker died under it, too often: ``KilledWorker``) is
+    sent again one notebook a task. A one-notebook task that fails too may only have shared a
+    worker with the notebook at fault, so it is sent once more at the end, alone on the
+    cluster: a notebook is saved as ``failed(submission, reason, digest)`` only when it fails
+    there, or when its own grading process died under it."""
     from distributed import Client, as_completed
 
     with Client(scheduler, timeout="30s") as client:
@@ -143,18 +167,50 @@ def grade_on_cluster(
         client.register_plugin(plugin, name=PLUGIN_NAME)
         info = client.run(_describe_runner)
         isolation, memory = next(iter(info.values()), ("unknown", "unknown"))
-        futures = {}
-        for sub, data, digest in jobs:
-            future = client.submit(task, data, sub.assignment, seed, pure=False, key=f"grade-{digest[:16]}-{id(sub)}")
-            futures[future] = (sub, digest)
-        for future in as_completed(futures):
-            sub, digest = futures.pop(future)
+        size = chunk or chunk_size(len(jobs), len(info))
+        futures: dict[Any, list[tuple[Any, bytes, str]]] = {}
+
+        def send(group: list[tuple[Any, bytes, str]]) -> Any:
+            sub, _, digest = group[0]
+            batch = [(data, s.assignment) for s, data, _ in group]
+            key = f"grade-{digest[:16]}-{id(sub)}-{len(group)}-{len(futures)}"
+            future = client.submit(task, batch, seed, pure=False, key=key)
+            futures[future] = group
+            return future
+
+        def save_all(group: list[tuple[Any, bytes, str]], results: Any) -> None:
+            if not isinstance(results, list) or len(results) != len(group):
+                results = ["the task returned no result for it"] * len(group)
+            for (sub, _, digest), result in zip(group, results, strict=True):
+                if isinstance(result, str):
+                    save(sub, failed(sub, f"the cluster could not grade it ({result})"[:500], digest), 0.0)
+                else:
+                    save(sub, *result)
+
+        suspects: list[tuple[Any, bytes, str]] = []
+        pending = as_completed([send(jobs[i : i + size]) for i in range(0, len(jobs), size)])
+        for future in pending:
+            group = futures.pop(future)
             try:
-                record, seconds = future.result()
-            except Exception as e:  # noqa: BLE001 - KilledWorker, a lost worker, the task's own error
-                record = failed(sub, f"the cluster could not grade it ({type(e).__name__}: {e})"[:500], digest)
-                seconds = 0.0
-            save(sub, record, seconds)
+                results = future.result()
+            except Exception:  # noqa: BLE001 - KilledWorker, a lost worker, the task's own error
+                if len(group) > 1:  # which one? each on its own
+                    for job in group:
+                        pending.add(send([job]))
+                else:
+                    suspects.append(group[0])
+                future.release()
+                continue
+            save_all(group, results)
+            future.release()
+        for job in suspects:  # alone on the cluster: a failure now is its own
+            future = send([job])
+            try:
+                results = future.result()
+            except Exception as e:  # noqa: BLE001
+                results = [f"{type(e).__name__}: {e}"]
+            futures.pop(future)
+            save_all([job], results)
             future.release()
     return isolation, memory
 

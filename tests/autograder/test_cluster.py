@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT
 
 from course_lib.autograder.batch import Submission, grade_all
-from course_lib.autograder.cluster import GraderPlugin, grade_on_cluster, grade_on_worker
+from course_lib.autograder.cluster import GraderPlugin, chunk_size, grade_on_cluster, grade_on_worker
 from course_lib.autograder.gradebook import Gradebook
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -122,7 +122,9 @@ def test_the_cluster_gives_the_same_records_as_local_grading_with_fresh_inputs_t
     for seed in (None, SEED):
         local, remote = tmp_path / f"local-{seed}.sqlite", tmp_path / f"cluster-{seed}.sqlite"
         grade_all(subs, local, jobs=2, sandbox="auto", progress=False, seed=seed)
-        summary = grade_all(subs, remote, sandbox="auto", progress=False, seed=seed, scheduler=cluster.address)
+        summary = grade_all(  # tasks of 4 notebooks and of 2
+            subs, remote, sandbox="auto", progress=False, seed=seed, scheduler=cluster.address, chunk=4
+        )
         assert summary.graded == 6 and not summary.failed
         assert _records(remote) == _records(local)
         assert {r["seed"] for r in _records(remote).values()} == {seed}
@@ -144,7 +146,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_each_submission_is_graded_o
     done: dict = {}
 
     def run() -> None:
-        done["summary"] = grade_all(subs, db, sandbox="auto", progress=False, scheduler=cluster.address)
+        done["summary"] = grade_all(subs, db, sandbox="auto", progress=False, scheduler=cluster.address, chunk=3)
 
     t = threading.Thread(target=run)
     t.start()
@@ -170,10 +172,10 @@ def test_a_job_that_kills_its_workers_every_time_is_recorded_as_failed_and_the_b
     try:
         data = (ROOT / "solutions" / f"{A}.ipynb").read_bytes()
 
-        def deadly(data: bytes, assignment: str, seed):
-            if b"KILL-THE-WORKER" in data:
+        def deadly(batch: list[tuple[bytes, str]], seed):
+            if any(b"KILL-THE-WORKER" in data for data, _ in batch):
                 os.kill(os.getpid(), signal.SIGKILL)
-            return grade_on_worker(data, assignment, seed)
+            return grade_on_worker(batch, seed)
 
         subs = [Submission(f"s{i}", A, Path(f"s{i}.ipynb")) for i in range(3)]
         jobs = [(subs[0], data, "a" * 64), (subs[1], b"KILL-THE-WORKER" + data, "b" * 64), (subs[2], data, "c" * 64)]
@@ -182,17 +184,36 @@ def test_a_job_that_kills_its_workers_every_time_is_recorded_as_failed_and_the_b
         def failed(sub, reason, digest):
             return {"status": "error", "messages": [reason], "score": 0.0}
 
-        grade_on_cluster(
-            c.address,
-            jobs,
-            None,
-            GraderPlugin("auto"),
-            lambda sub, record, seconds: saved.__setitem__(sub.student, record),
-            failed,
-            task=deadly,
-        )
-        assert sorted(saved) == ["s0", "s1", "s2"]
-        assert saved["s0"]["status"] == saved["s2"]["status"] == "graded"
-        assert saved["s1"]["status"] == "error" and "KilledWorker" in saved["s1"]["messages"][0]
+        for chunk in (1, 3):  # one task each; one task for all three, split when it keeps failing
+            saved.clear()
+            grade_on_cluster(
+                c.address,
+                jobs,
+                None,
+                GraderPlugin("auto"),
+                lambda sub, record, seconds: saved.__setitem__(sub.student, record),
+                failed,
+                task=deadly,
+                chunk=chunk,
+            )
+            assert sorted(saved) == ["s0", "s1", "s2"]
+            assert saved["s0"]["status"] == saved["s2"]["status"] == "graded"
+            assert saved["s1"]["status"] == "error" and "KilledWorker" in saved["s1"]["messages"][0]
     finally:
         c.close()
+
+
+def test_tasks_carry_a_few_notebooks_and_every_worker_gets_several_tasks():
+    assert chunk_size(200, 2) == 8 and chunk_size(6, 2) == 1 and chunk_size(0, 2) == 1
+    for jobs in range(0, 2000, 37):
+        for workers in (1, 2, 16, 128):
+            size = chunk_size(jobs, workers)
+            assert 1 <= size <= 8
+            assert size == 1 or -(-jobs // size) >= 8 * workers
+
+
+def test_a_chunk_that_is_not_a_positive_int_is_refused_before_anything_is_graded(tmp_path):
+    subs = _class(tmp_path / "subs", 1)
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="chunk must be an int >= 1"):
+            grade_all(subs, tmp_path / "book.sqlite", scheduler="tcp://127.0.0.1:1", chunk=bad)  # type: ignore[arg-type]
