@@ -378,6 +378,35 @@ def _with_article(noun: str) -> str:
     return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
+#: id(expected), atol, rtol -> (expected, what :func:`_allowed_error` found for it); at most
+#: _ALLOWED_MAX_BYTES of float64 tensors (cleared when full).
+_ALLOWED: dict[tuple[int, float, float], tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]] = {}
+_ALLOWED_BYTES = [0]
+_ALLOWED_MAX_BYTES = 32 << 20
+
+
+def _allowed_error(expected: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``expected`` in float64 and the error each entry may have, ``atol + |rtol * expected|``
+    (as :func:`torch.isclose` computes it), or None when an allowed error is not finite (an inf
+    expected: only the full comparison decides). Kept per expected tensor: the grader compares
+    the same reference outputs with every student's."""
+    key = (id(expected), float(atol), float(rtol))
+    hit = _ALLOWED.get(key)
+    if hit is not None and hit[0] is expected:
+        return hit[1]
+    e = expected.detach().to(torch.float64)
+    allowed = atol + (rtol * e).abs()
+    found = (e, allowed) if bool(torch.isfinite(allowed).all()) else None
+    size = 16 * e.numel()
+    if size <= _ALLOWED_MAX_BYTES // 4:
+        if _ALLOWED_BYTES[0] + size > _ALLOWED_MAX_BYTES:
+            _ALLOWED.clear()
+            _ALLOWED_BYTES[0] = 0
+        _ALLOWED[key] = (expected, found)  # expected kept alive: its id stays its own
+        _ALLOWED_BYTES[0] += size
+    return found
+
+
 def compare(
     actual: Any,
     expected: Any,
@@ -386,13 +415,16 @@ def compare(
     what: str = "the output",
     names: Sequence[str] = (),
     nested: bool = False,
+    detail: bool = True,
 ) -> str | None:
     """``None`` when ``actual`` matches ``expected``; otherwise what differs, in words.
 
     Tensors must have the expected shape, a compatible dtype (bool for masks, floating
     point for values), and values within ``atol + rtol * |expected|``; a ``NaN`` or
     ``inf`` counts as a match only where the expected value has the same. ``nested`` says
-    ``actual`` is an item of a returned tuple (for the wording of the feedback).
+    ``actual`` is an item of a returned tuple (for the wording of the feedback). With
+    ``detail=False`` differing values are only said to differ (for a caller that asks
+    whether two outputs match, not how far apart they are).
     """
     if isinstance(expected, tuple):
         if not isinstance(actual, tuple):
@@ -401,7 +433,7 @@ def compare(
             return f"returned a tuple of {len(actual)} values, expected {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected, strict=False)):
             item = names[i] if i < len(names) else f"item {i}"
-            msg = compare(a, e, atol, rtol, what=f"the {item}", nested=True)
+            msg = compare(a, e, atol, rtol, what=f"the {item}", nested=True, detail=detail)
             if msg:
                 return msg
         return None
@@ -433,10 +465,15 @@ def compare(
     if expected.is_floating_point() and not (actual.is_floating_point()):
         return f"{what} has dtype {actual.dtype}, expected a floating-point tensor"
     a = actual.to(torch.float64)
+    allowed = _allowed_error(expected, atol, rtol)
+    if allowed is not None and bool(((a - allowed[0]).abs_() <= allowed[1]).all()):
+        return None  # every error finite and within its bound: what isclose says below, in 4 operations
     e = expected.to(torch.float64)
     ok = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)  # a NaN or inf only where expected
     if bool(ok.all()):
         return None
+    if not detail:
+        return f"{what} differs from the expected one"
     a_bad, e_bad = ~torch.isfinite(a), ~torch.isfinite(e)
     if bool(a_bad.any()) and not bool(torch.equal(a_bad, e_bad)):
         kind = "NaN" if bool(torch.isnan(a).any()) else "inf"
@@ -605,10 +642,10 @@ def _first_problem(outcomes: Sequence[Outcome]) -> Outcome | None:
     return None
 
 
-def _default_judge(case: Case, names: Sequence[str]) -> Judge:
+def _default_judge(case: Case, names: Sequence[str], detail: bool = True) -> Judge:
     def judge_(calls, actual, expected):
         for a, e in zip(actual, expected, strict=False):
-            msg = compare(a, e, case.atol, case.rtol, names=names)
+            msg = compare(a, e, case.atol, case.rtol, names=names, detail=detail)
             if msg:
                 return msg
         return None
@@ -637,7 +674,7 @@ def _diagnose(
             if outs is None:
                 continue
             try:
-                same = _default_judge(cases[i], names)(cases[i].calls, actual, outs) is None
+                same = _default_judge(cases[i], names, detail=False)(cases[i].calls, actual, outs) is None
             except Exception:  # noqa: BLE001 - a diagnosis is a hint; its failure must not lose the grade
                 same = False
             if same:

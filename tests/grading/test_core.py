@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.nn.functional import softmax as renamed_softmax
 
 import course_lib
@@ -301,3 +303,33 @@ def test_introspection_anywhere_in_a_notebook_is_held_for_review():
         assert NotebookScan(["import torch", code]).review_flags(), code
     honest = NotebookScan(["import gc, torch\ngc.collect()", "def softmax(x, dim=-1):\n    return x.exp()"])
     assert honest.review_flags() == []
+
+
+_VALUES = st.sampled_from([0.0, 1.0, -1.0, 1e-5, 2.5e-4, 1e30, float("nan"), float("inf"), float("-inf")])
+
+
+@given(
+    st.lists(st.tuples(_VALUES, _VALUES, st.floats(-1e-3, 1e-3)), min_size=1, max_size=6),
+    st.sampled_from([torch.float32, torch.float64]),
+    st.sampled_from([(1e-4, 1e-4), (1e-6, 0.0), (float("inf"), 0.0), (0.0, 1e-3)]),
+)
+@settings(max_examples=300, deadline=None)
+def test_compare_matches_exactly_where_isclose_in_float64_does(entries, dtype, tolerance):
+    """compare's shortcut (per expected tensor: its allowed errors, kept) and its full path agree
+    with torch.isclose(equal_nan=True) in float64, entry values and tolerances of every kind,
+    asked twice (the second time from the kept allowed errors)."""
+    atol, rtol = tolerance
+    actual = torch.tensor([a + d for a, _, d in entries], dtype=dtype)
+    expected = torch.tensor([e for _, e, _ in entries], dtype=dtype)
+    close = bool(torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True).all())
+    for _ in range(2):
+        assert (compare(actual, expected, atol, rtol) is None) == close
+        assert (compare(actual, expected, atol, rtol, detail=False) is None) == close
+        assert compare(expected, expected, atol, rtol) is None
+
+
+def test_a_mismatch_without_detail_only_says_that_the_outputs_differ():
+    a, e = torch.zeros(3), torch.tensor([0.0, 1.0, 2.0])
+    assert compare(a, e) == "the output differs from the expected one in 2 of 3 entries (largest error 2)"
+    assert compare(a, e, detail=False) == "the output differs from the expected one"
+    assert compare((a, a), (a, e), names=("out", "w"), detail=False) == "the w differs from the expected one"
