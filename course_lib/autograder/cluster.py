@@ -25,6 +25,7 @@ reason (:func:`grade_on_cluster`).
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -169,11 +170,12 @@ def grade_on_cluster(
         isolation, memory = next(iter(info.values()), ("unknown", "unknown"))
         size = chunk or chunk_size(len(jobs), len(info))
         futures: dict[Any, list[tuple[Any, bytes, str]]] = {}
+        sent = itertools.count()  # every task its own key: one sent again is a new task
 
         def send(group: list[tuple[Any, bytes, str]]) -> Any:
             sub, _, digest = group[0]
             batch = [(data, s.assignment) for s, data, _ in group]
-            key = f"grade-{digest[:16]}-{id(sub)}-{len(group)}-{len(futures)}"
+            key = f"grade-{digest[:16]}-{id(sub)}-{next(sent)}"
             future = client.submit(task, batch, seed, pure=False, key=key)
             futures[future] = group
             return future

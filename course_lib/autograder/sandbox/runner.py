@@ -32,8 +32,8 @@ its place: cell events, then ``cells_done``, then exactly one reply per call the
 No call's inputs are sent before the cells have all run; then each function's calls go out
 together, and the next function's only once they are answered. Anything else (a forged or
 out-of-order frame, bytes that break the framing) is a *violation*: the job is stopped and the
-submission is held for review. How the process ended comes from the zygote over its own socket, which no
-student code can write to.
+submission is held for review. How the process ended comes from the zygote over its own
+socket, which no student code can write to.
 
 Time limits: each cell gets ``cell_seconds`` of wall-clock time, each call ``call_seconds``
 of CPU time (robust to a busy machine; a wall-clock backstop of 5x catches a call that

@@ -381,8 +381,8 @@ class StudentHarness:
     then answers the grader's calls one at a time, in this process if it has no other
     thread, else in a single-threaded forked child
     (:meth:`_serve_calls`: no call's inputs arrive before the cells have run; each call runs
-    under the call limits and the runtime watch; its result is encoded as plain arrays). Every frame
-    goes out signed through :class:`_Sender`.
+    under the call limits and the runtime watch; its result is encoded as plain arrays). Every
+    frame goes out signed through :class:`_Sender`.
     """
 
     def __init__(self, job: Header, limits: dict[str, Any], watch_module: types.ModuleType):
