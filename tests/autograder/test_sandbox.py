@@ -766,6 +766,19 @@ def test_a_call_that_takes_its_functions_later_calls_from_the_pipe_only_loses_th
     check_honest(runner.run(honest_job()[0]))
 
 
+def test_a_process_that_dies_while_its_functions_calls_are_still_being_sent_keeps_its_answers(runner):
+    # three calls of 2 MB each cannot all wait in the pipe: the grader is still sending when the
+    # second call ends the process; the first answer counts, and nothing is taken for tampering
+    cells = ["import os\ndef f(x):\n    if x[0] == 2:\n        os._exit(0)\n    return x[:3] * 10"]
+    big = [torch.full((500_000,), float(i)) for i in (1, 2, 3)]
+    res = run(runner, cells, {"f": [Call((x,)) for x in big]})
+    assert res.status == "crashed" and res.violations == [], res
+    assert torch.equal(res.outcomes["f"][0].value, torch.full((3,), 10.0))
+    assert [o.status for o in res.outcomes["f"][1:]] == ["error", "error"]
+    assert all(o.message.startswith("not run:") for o in res.outcomes["f"][1:])
+    check_honest(runner.run(honest_job()[0]))
+
+
 def test_a_malformed_stream_is_a_review_not_a_crash_of_the_grader(runner):
     cells = [
         "import os\nos.write(3, b'\\xff\\xff\\xff\\x7f' + b'x' * 100)\nimport time\ntime.sleep(1)",

@@ -396,18 +396,22 @@ class _Conversation:
             # All of this function's calls go out together: the student's process answers them
             # in order without waiting on this process between them. The next function's are
             # sent only after these replies (whether its stand-in run is made depends on them).
+            sent = 0
             for i, call in enumerate(calls):
                 header, blobs = encode_call(k + i, name, call)
                 if standins:
                     header["standins"] = list(standins)
                 if self.aborted or not self.send(header, blobs):
-                    return self._wait(lambda g: False)["end"]
-            for i in range(len(calls)):
+                    break  # it ended (or tampered): what it answered before still counts
+                sent += 1
+            for i in range(sent):
                 g = self._wait(lambda g, k=k, s=standins: self._reply_or_forward(g, k, s))
                 if g["t"] == "end":
                     return g["end"]
                 self.outcomes[key][i] = self._outcome(g)
                 k += 1
+            if sent < len(calls):
+                return self._wait(lambda g: False)["end"]
         if not self.aborted and self.send({"t": "finish"}):
             g = self._wait(lambda g: g.get("t") == "bye")
             if g["t"] == "end":
