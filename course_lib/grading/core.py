@@ -380,23 +380,23 @@ def _with_article(noun: str) -> str:
 
 #: id(expected), atol, rtol -> (expected, what :func:`_allowed_error` found for it); at most
 #: _ALLOWED_MAX_BYTES of float64 tensors (cleared when full).
-_ALLOWED: dict[tuple[int, float, float], tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]] = {}
+_ALLOWED: dict[tuple[int, float, float], tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor | None]]] = {}
 _ALLOWED_BYTES = [0]
 _ALLOWED_MAX_BYTES = 32 << 20
 
 
-def _allowed_error(expected: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _allowed_error(expected: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``expected`` in float64 and the error each entry may have, ``atol + |rtol * expected|``
-    (as :func:`torch.isclose` computes it), or None when an allowed error is not finite (an inf
-    expected: only the full comparison decides). Kept per expected tensor: the grader compares
-    the same reference outputs with every student's."""
+    (as :func:`torch.isclose` computes it), or None for the latter when an allowed error is not
+    finite (an inf expected: only the full comparison decides). Kept per expected tensor: the
+    grader compares the same reference outputs with every student's."""
     key = (id(expected), float(atol), float(rtol))
     hit = _ALLOWED.get(key)
     if hit is not None and hit[0] is expected:
         return hit[1]
     e = expected.detach().to(torch.float64)
     allowed = atol + (rtol * e).abs()
-    found = (e, allowed) if bool(torch.isfinite(allowed).all()) else None
+    found = (e, allowed if bool(torch.isfinite(allowed).all()) else None)
     size = 16 * e.numel()
     if size <= _ALLOWED_MAX_BYTES // 4:
         if _ALLOWED_BYTES[0] + size > _ALLOWED_MAX_BYTES:
@@ -465,10 +465,9 @@ def compare(
     if expected.is_floating_point() and not (actual.is_floating_point()):
         return f"{what} has dtype {actual.dtype}, expected a floating-point tensor"
     a = actual.to(torch.float64)
-    allowed = _allowed_error(expected, atol, rtol)
-    if allowed is not None and bool(((a - allowed[0]).abs_() <= allowed[1]).all()):
+    e, allowed = _allowed_error(expected, atol, rtol)
+    if allowed is not None and bool(((a - e).abs_() <= allowed).all()):
         return None  # every error finite and within its bound: what isclose says below, in 4 operations
-    e = expected.to(torch.float64)
     ok = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)  # a NaN or inf only where expected
     if bool(ok.all()):
         return None
