@@ -285,8 +285,9 @@ def grade_all(
     for slug in {sub.assignment for sub, _, _ in work}:
         for ex in exercises_of(slug):  # computed once, before the grading processes fork
             ex.expected(seed)  # the cases and the reference's outputs
-            ex.mistake_runs(seed)  # the named mistakes' outputs
-            ex.gated()
+            if scheduler is None:  # a Dask worker's grading process computes its own
+                ex.mistake_runs(seed)  # the named mistakes' outputs
+                ex.gated()
     hide = [str(Path(submissions).resolve()), str(Path(db).resolve().parent)]
     bar = None
     if progress and total:
