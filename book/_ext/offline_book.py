@@ -11,8 +11,12 @@
   node handlers only when no extension registered any for the builder's own name;
   sphinx-exercise registers ``singlehtml`` handlers, so myst-nb's hidden-input cells had
   none there and the build failed. The ``html`` handlers are copied where missing.
+- Sphinx copies ``html_static_path`` only when some page is out of date, so a change to
+  ``book/_static/*.css`` alone never reached a built book. A static file that differs from
+  its copy in the output marks the root page out of date, which makes Sphinx copy them all.
 """
 
+import filecmp
 import shutil
 from pathlib import Path
 
@@ -49,6 +53,18 @@ def _singlehtml_handlers_from_html(app):
             single.setdefault(node, pair)
 
 
+def _static_files_changed(app, env, added, changed, removed):
+    if app.builder.format != "html":
+        return []
+    out = Path(app.outdir) / "_static"
+    for entry in app.config.html_static_path:
+        for source in (Path(app.confdir) / entry).rglob("*"):
+            copy = out / source.relative_to(Path(app.confdir) / entry)
+            if source.is_file() and not (copy.is_file() and filecmp.cmp(source, copy, shallow=False)):
+                return [app.config.root_doc]
+    return []
+
+
 def setup(app):
     if not (ES5 / "tex-mml-chtml.js").is_file():
         raise RuntimeError(f"MathJax not found at {ES5}; install django-static-mathjax")
@@ -56,4 +72,5 @@ def setup(app):
     app.connect("builder-inited", _singlehtml_handlers_from_html)
     app.connect("html-page-context", _drop_duplicate_scripts)
     app.connect("build-finished", _copy_mathjax)
+    app.connect("env-get-outdated", _static_files_changed)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -9,6 +9,13 @@ math node), every image (SVG included) loaded, with a non-empty file behind it, 
 sidebar reaching every chapter. The introduction and every chapter must show at least one
 schematic diagram (`img.schematic`, drawn by `book/schematics.py`) with alt text. Full-page
 screenshots, light and dark, go to `artifacts/screenshots/`.
+
+What a reader on a 1280-px window runs into is checked on every page in both modes
+(tests/book/pagecheck.py): no display equation wider than the text column, no code block
+whose lines are cut at its edge, no visible code cell longer than 25 lines (cells tagged
+`hide-input` sit behind a "show code" toggle), every image with alt text, and no serious or
+critical violation of axe-core's WCAG 2 A and AA rules. Schematics keep their colours in
+dark mode (dimmed on a light card), so that "shaded = larger" or "shaded = may attend" stays true.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 import yaml
 from conftest import CHROMIUM, CHROMIUM_ARGS, ROOT
+from pagecheck import axe_violations, cut_code, wide_equations
 from playwright.sync_api import sync_playwright
 
 pytestmark = pytest.mark.browser
@@ -32,6 +40,7 @@ pytestmark = pytest.mark.browser
 HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html")).resolve()
 SHOTS = ROOT / "artifacts" / "screenshots"
 MODES = ("light", "dark")
+MAX_VISIBLE_CELL_LINES = 25
 
 
 def toc_pages() -> list[str]:
@@ -118,6 +127,13 @@ ARTICLE_TEXT_JS = """() => {
   return copy.innerText;
 }"""
 
+# Source lines of each code cell shown on the page (not behind a "show code" toggle).
+VISIBLE_CELL_LINES_JS = """() => Array.from(document.querySelectorAll('article div.cell'))
+  .filter(c => !c.classList.contains('tag_hide-input') && !c.classList.contains('tag_remove-input'))
+  .map(c => c.querySelector('div.cell_input pre'))
+  .filter(pre => pre)
+  .map(pre => pre.textContent.replace(/\\n+$/, '').split('\\n').length)"""
+
 IMAGES_JS = """() => Array.from(document.images).map(i => ({
   src: i.currentSrc || i.src, complete: i.complete, width: i.naturalWidth, height: i.naturalHeight,
   schematic: i.classList.contains('schematic'), alt: (i.getAttribute('alt') || '').trim()}))"""
@@ -158,11 +174,30 @@ def test_page_renders_offline_without_errors(server, browser, page_name, mode):
     assert not broken, f"images that did not load on {page_name} ({mode}): {broken}"
     empty = [i["src"][:80] for i in images if _image_bytes(i["src"], server) == 0]
     assert not empty, f"empty image files on {page_name}: {empty}"
-    if mode == "dark":  # schematics are drawn dark on white; dark mode inverts them (schematics.css)
-        filters = page.evaluate(
-            "() => Array.from(document.querySelectorAll('img.schematic')).map(i => getComputedStyle(i).filter)"
-        )
-        assert all("invert" in f for f in filters), f"{page_name}: schematics not inverted in dark mode: {filters}"
+    no_alt = [i["src"][:80] for i in images if not i["alt"]]
+    assert not no_alt, f"images without alt text on {page_name}: {no_alt}"
+    # Schematics are drawn dark on white and their shading means something: never inverted,
+    # and on a light card in dark mode (the theme's dimmed images keep which cell is darker).
+    looks = page.evaluate(
+        "() => Array.from(document.querySelectorAll('img.schematic')).map(i => "
+        "[getComputedStyle(i).filter, getComputedStyle(i).backgroundColor])"
+    )
+    assert all("invert" not in f for f, _ in looks), f"{page_name}: schematics inverted in {mode} mode"
+    if mode == "dark":
+        cards = [[int(c) for c in re.findall(r"\d+", bg)[:3]] for _, bg in looks]
+        assert all(len(c) == 3 and min(c) >= 180 for c in cards), f"{page_name}: schematics not on a light card: {looks}"
+
+    wide = wide_equations(page)
+    assert not wide, f"{page_name} ({mode}): display equations wider than the column at 1280 px: {wide}"
+    cut = cut_code(page)
+    assert not cut, f"{page_name} ({mode}): code lines cut at the block's edge: {cut}"
+    long_cells = [n for n in page.evaluate(VISIBLE_CELL_LINES_JS) if n > MAX_VISIBLE_CELL_LINES]
+    assert not long_cells, (
+        f"{page_name}: visible code cells of {long_cells} lines (at most {MAX_VISIBLE_CELL_LINES}; "
+        "plumbing goes to book/ helpers or remove-input/hide-input cells)"
+    )
+    violations = axe_violations(page)
+    assert not violations, f"{page_name} ({mode}): axe-core WCAG 2 A/AA serious or critical violations: {violations}"
     page.context.close()
 
 
