@@ -185,7 +185,9 @@ def test_page_renders_offline_without_errors(server, browser, page_name, mode):
     assert all("invert" not in f for f, _ in looks), f"{page_name}: schematics inverted in {mode} mode"
     if mode == "dark":
         cards = [[int(c) for c in re.findall(r"\d+", bg)[:3]] for _, bg in looks]
-        assert all(len(c) == 3 and min(c) >= 180 for c in cards), f"{page_name}: schematics not on a light card: {looks}"
+        assert all(len(c) == 3 and min(c) >= 180 for c in cards), (
+            f"{page_name}: schematics not on a light card: {looks}"
+        )
 
     wide = wide_equations(page)
     assert not wide, f"{page_name} ({mode}): display equations wider than the column at 1280 px: {wide}"

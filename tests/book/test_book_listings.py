@@ -95,7 +95,9 @@ def test_every_listing_is_the_source_itself(shown):
     for chapter, on_page in shown.items():
         for target, code in on_page.items():
             expected = textwrap.dedent(inspect.getsource(resolve(target)))
-            assert code.strip("\n") == expected.strip("\n"), f"book/{chapter}: the listing of {target} is not its source"
+            assert code.strip("\n") == expected.strip("\n"), (
+                f"book/{chapter}: the listing of {target} is not its source"
+            )
             checked += 1
     assert checked >= len(REQUIRED) - 1  # Transformer may be shown whole, covering two names
 
