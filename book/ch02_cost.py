@@ -121,8 +121,12 @@ def rnn_slope_sentence(rnn: Times, widths: Sequence[int], lengths: Sequence[int]
     slopes = [slope(rnn, D, T0, T1) for D in widths]
     listed = " and ".join(f"{s:.1f}" for s in slopes)
     near = all(0.75 <= s <= 1.25 for s in slopes)
-    verdict = "close to 1: twice the tokens, twice the steps" if near else "not quite 1 on this busy machine"
-    return f"from T = {T0:,} to T = {T1:,} they have slopes {listed}, {verdict}"
+    verdict = (
+        "close to 1: twice the tokens, twice the time"
+        if near
+        else "further from 1 than the count of steps alone predicts"
+    )
+    return f"from T = {T0:,} to T = {T1:,} their slopes are {listed}, {verdict}"
 
 
 def steepest_step_sentence(attention: Times, D: int, lengths: Sequence[int]) -> str:
