@@ -13,7 +13,6 @@ import math
 from collections.abc import Callable, Sequence
 
 import torch
-
 from timing import best_time
 
 #: (D, T) -> seconds
@@ -51,7 +50,10 @@ def time_attention_and_rnn(
                         for t in range(T):
                             h = cell(x[:, t], h)
 
-                    attention[D, T] = best_time(lambda x=x: attend(x, W_q, W_k, W_v), repeats=repeats)
+                    def project_and_attend(x=x, W_q=W_q, W_k=W_k, W_v=W_v):
+                        attend(x, W_q, W_k, W_v)
+
+                    attention[D, T] = best_time(project_and_attend, repeats=repeats)
                     rnn[D, T] = best_time(recur, repeats=repeats)
     finally:
         torch.set_num_threads(threads)

@@ -19,7 +19,7 @@ WIDTHS = [32, 256]
 def synthetic(att_power_last=2.0, rnn_per_step=(1e-6, 5e-6), overhead=1e-5):
     """Attention: overhead + c T^2 D (with a chosen last-step slope); RNN: linear in T."""
     attention, rnn = {}, {}
-    for D, per_step in zip(WIDTHS, rnn_per_step):
+    for D, per_step in zip(WIDTHS, rnn_per_step, strict=True):
         for T in LENGTHS:
             attention[D, T] = overhead + 1e-11 * T * T * D  # crossing near 3,100 and 1,950
             rnn[D, T] = per_step * T
@@ -42,12 +42,16 @@ def test_crossing_interpolates_and_extrapolates_on_the_log_log_line():
         ch02_cost.crossing(attention, attention, 1, [1024, 4096])
 
 
-@pytest.mark.parametrize(("x", "words"), [(3, "about D"), (8, "about 10 times D"), (31, "about 10 times D"), (32, "about 100 times D")])
+@pytest.mark.parametrize(
+    ("x", "words"), [(3, "about D"), (8, "about 10 times D"), (31, "about 10 times D"), (32, "about 100 times D")]
+)
 def test_order_of_magnitude_rounds_on_the_log_scale(x, words):
     assert ch02_cost.order_of_magnitude(x) == words
 
 
-@pytest.mark.parametrize(("T", "words"), [(999, "in the hundreds"), (1000, "in the thousands"), (9999, "in the thousands")])
+@pytest.mark.parametrize(
+    ("T", "words"), [(999, "in the hundreds"), (1000, "in the thousands"), (9999, "in the thousands")]
+)
 def test_thousands_counts_digits(T, words):
     assert ch02_cost.thousands(T) == words
 
@@ -60,9 +64,7 @@ def test_crossing_sentence_names_each_width_and_the_narrow_model_is_more_conserv
     assert ch02_cost.narrow_is_more_conservative(attention, rnn, WIDTHS, LENGTHS)
 
 
-@pytest.mark.parametrize(
-    ("power", "words"), [(2.6, "super-quadratic"), (2.0, "close to 2"), (1.5, "still below 2")]
-)
+@pytest.mark.parametrize(("power", "words"), [(2.6, "super-quadratic"), (2.0, "close to 2"), (1.5, "still below 2")])
 def test_steepest_step_sentence_follows_the_measured_slope(power, words):
     attention, _ = synthetic(att_power_last=power)
     sentence = ch02_cost.steepest_step_sentence(attention, 32, LENGTHS)
