@@ -67,10 +67,14 @@ def compare_with_counter(num_positions: int = 64, d_model: int = 26, pairs: int 
 
 def counter_markdown(comparison: CounterComparison, rows: int = 16, pairs: int = 4) -> str:
     """The first ``rows`` positions as a Markdown table: p, p in binary, then per pair the
-    complement of bit i + 2 and the sign of the sine, marked ✗ where they disagree."""
-    header = ["$p$", "binary"]
+    complement of bit i + 2 and the sign of the sine, marked ✗ where they disagree.
+
+    The header is plain text (glued Markdown is not typeset as math): ``1 − b₂`` and so on.
+    """
+    subscript = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+    header = ["p", "binary"]
     for i in range(pairs):
-        header += [f"$1 - b_{i + 2}$", f"sign, pair {i}"]
+        header += [f"1 − b{str(i + 2).translate(subscript)}", f"sign, pair {i}"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for p in range(rows):
         cells = [str(p), f"`{p:06b}`"]

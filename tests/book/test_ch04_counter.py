@@ -46,4 +46,5 @@ def test_markdown_table_marks_each_disagreement():
     marks = sum(line.count("✗") for line in table)
     assert marks == int((~c.agree[1:16]).sum())
     assert "`000111`" in table[2 + 7] and "✗" in table[2 + 7]
+    assert "1 − b₂" in table[0] and "$" not in table[0]
     assert isinstance(c.signs, torch.Tensor)
