@@ -84,8 +84,8 @@ def heads_sentence(hits: Sequence[Sequence[float]], threshold: float = 0.75) -> 
         )
     if min(last) >= threshold and len(last) > 1:
         text += (
-            " The heads have learned much the same lookup: nothing in the architecture makes them"
-            " differ, and on this task training has not pushed them apart."
+            " The heads have learned much the same lookup: the architecture does not make heads"
+            " specialise, and on this easy task training has not pushed them apart."
         )
     elif len(last) > 1:
         text += (
