@@ -228,7 +228,7 @@ class Seq2SeqAttention(nn.Module):
         """One decoder step from the previous target token ``y_prev`` (N,).
 
         Returns:
-            ``(logits (N, V), new_state, weights (N, S))``.
+            ``(logits (N, C), new_state, weights (N, S))``, C the target vocabulary's size.
         """
         e = self.dropout(self.tgt_embed(y_prev))  # (N, E)
         if self.attention == "bahdanau":
@@ -251,7 +251,7 @@ class Seq2SeqAttention(nn.Module):
             step_logits, state, w = self.step(tgt_in[:, t], state, enc, t)
             logits.append(step_logits)
             weights.append(w)
-        return torch.stack(logits, 1), torch.stack(weights, 1)  # (N, T, V), (N, T, S)
+        return torch.stack(logits, 1), torch.stack(weights, 1)  # (N, T, C), (N, T, S)
 
     # -- decoding (the protocol of course_lib.decoding.Decodable) -------------------------
     def start(self, src: torch.Tensor, use_cache: bool = True) -> dict:
