@@ -304,7 +304,7 @@ class AgreementModel(nn.Module):
 
     def __init__(self, vocab_size: int, length: int, width: int = 32):
         super().__init__()
-        self.suffix = nn.Embedding(vocab_size, width)
+        self.suffix = nn.Embedding(vocab_size, width, padding_idx=0)  # an unseen ending adds nothing
         self.position = nn.Embedding(length, width)
         self.hidden = nn.Parameter(torch.randn(width))  # marks the word whose ending is hidden
         self.W_q, self.W_k, self.W_v = (nn.Parameter(torch.randn(width, width) / math.sqrt(width)) for _ in range(3))

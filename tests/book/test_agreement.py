@@ -131,3 +131,8 @@ def test_phrase_text_marks_the_hidden_ending():
     phrase = Phrase(("очень", "зелён", "яблоко"), 1, 2, "зелёный", form, "ое")
     assert phrase.text() == "очень зелён[?] яблоко"
     assert phrase.labels() == ["очень", "зелён[?]", "яблоко"]
+
+
+def test_an_ending_never_seen_in_training_adds_nothing(split):
+    training = train(split.train[:300], steps=5, seed=0)
+    assert torch.count_nonzero(training.model.suffix.weight[0]) == 0
