@@ -39,6 +39,7 @@ __all__ = [
     "Batch",
     "Vocabulary",
     "AgreementModel",
+    "Adam",
     "Training",
     "Evaluation",
     "morph",
@@ -327,6 +328,40 @@ class AgreementModel(nn.Module):
         return self.readout(h[rows, batch.slot]), weights  # (N, E) -> (N, 5)
 
 
+class Adam:
+    """Adam (Kingma and Ba, 2015) with ``torch.optim.Adam``'s defaults, in a few lines.
+
+    ``torch.optim``'s first optimizer imports ``torch._dynamo``, which takes seconds; this
+    chapter trains one tiny model at build time and does not need it.
+
+    Args:
+        params: the tensors to train.
+        lr: the learning rate.
+        betas: decay rates of the running means of the gradient and of its square.
+        eps: added to the denominator.
+    """
+
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.params = [p for p in params if p.requires_grad]
+        self.lr, self.betas, self.eps, self.t = lr, betas, eps, 0
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One update from the gradients in ``p.grad``, which are then cleared."""
+        self.t += 1
+        (b1, b2), t = self.betas, self.t
+        for p, m, v in zip(self.params, self.m, self.v, strict=True):
+            if p.grad is None:
+                continue
+            m.lerp_(p.grad, 1 - b1)  # m = b1 m + (1 - b1) g
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)  # v = b2 v + (1 - b2) g^2
+            denominator = (v / (1 - b2**t)).sqrt_().add_(self.eps)
+            p.addcdiv_(m, denominator, value=-self.lr / (1 - b1**t))
+            p.grad = None
+
+
 @dataclass
 class Training:
     """A trained model and what it needs to read new phrases."""
@@ -337,7 +372,7 @@ class Training:
 
 
 def train(phrases: list[Phrase], steps: int = 100, seed: int = 0, lr: float = 0.02) -> Training:
-    """Train an :class:`AgreementModel` on ``phrases`` with Adam, full batch.
+    """Train an :class:`AgreementModel` on ``phrases`` with :class:`Adam`, full batch.
 
     Args:
         phrases: the training phrases, all of one length.
@@ -352,12 +387,11 @@ def train(phrases: list[Phrase], steps: int = 100, seed: int = 0, lr: float = 0.
     vocab = Vocabulary.from_phrases(phrases)
     batch = encode(phrases, vocab)
     model = AgreementModel(len(vocab.ids) + 1, batch.suffixes.shape[1])
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = Adam(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
         logits, _ = model(batch)
         loss = F.cross_entropy(logits, batch.target)
-        optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())

@@ -136,3 +136,16 @@ def test_phrase_text_marks_the_hidden_ending():
 def test_an_ending_never_seen_in_training_adds_nothing(split):
     training = train(split.train[:300], steps=5, seed=0)
     assert torch.count_nonzero(training.model.suffix.weight[0]) == 0
+
+
+def test_adam_takes_the_same_steps_as_torch_optim_adam():
+    w_torch = torch.randn(5, 3, requires_grad=True)
+    w_ours = w_torch.detach().clone().requires_grad_()
+    reference, ours = torch.optim.Adam([w_torch], lr=0.02), agreement.Adam([w_ours], lr=0.02)
+    for _ in range(20):
+        (w_torch**3).sum().backward()
+        reference.step()
+        reference.zero_grad()
+        (w_ours**3).sum().backward()
+        ours.step()
+    torch.testing.assert_close(w_ours, w_torch)
