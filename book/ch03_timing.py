@@ -1,17 +1,17 @@
 """Chapter 3's timing of multi-head attention against the number of heads.
 
 The chapter times the whole layer and its attention core for H = 1, 2, 4, 8, 16 heads at a
-fixed width E, on one thread, with :func:`timing.best_time` (a warm-up, then the best of
-several runs), and turns the numbers into the values and the sentence its prose glues.
+fixed width E, on one thread (:func:`one_thread`), with :func:`timing.best_time` (a warm-up,
+then the best of several runs); :func:`heads_timing_summary` turns the times into the values
+and the sentence its prose glues.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
-from timing import best_time
 
 
 @contextmanager
@@ -27,16 +27,6 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def time_per_heads(
-    make_call: Callable[[int], Callable[[], object]], head_counts: Sequence[int], repeats: int = 5
-) -> list[float]:
-    """Milliseconds of ``make_call(H)()`` for each H: one warm-up, then the best of ``repeats`` runs.
-
-    ``make_call(H)`` prepares what the call needs (outside the timing) and returns the call.
-    """
-    return [1000 * best_time(make_call(H), repeats=repeats) for H in head_counts]
 
 
 def heads_timing_summary(head_counts: Sequence[int], full_ms: Sequence[float], core_ms: Sequence[float]) -> dict:

@@ -23,18 +23,6 @@ def test_one_thread_restores_the_thread_count():
     assert torch.get_num_threads() == before
 
 
-def test_time_per_heads_prepares_outside_and_returns_milliseconds():
-    prepared = []
-
-    def make_call(H):
-        prepared.append(H)
-        return lambda: None
-
-    times = ch03_timing.time_per_heads(make_call, HEADS, repeats=2)
-    assert prepared == list(HEADS)
-    assert len(times) == len(HEADS) and all(0 <= t < 50 for t in times)
-
-
 def test_summary_values_and_projection_sentence():
     full = [10.0, 10.5, 11.0, 12.0, 15.0]
     core = [3.0, 3.2, 3.5, 4.0, 6.0]
