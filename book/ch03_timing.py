@@ -54,11 +54,12 @@ def heads_timing_summary(head_counts: Sequence[int], full_ms: Sequence[float], c
     if share < 0.5:
         where = (
             "On this machine the time went where the count says: most of it to the projections, which "
-            f"do not depend on $H$ at all (at $H = 1$ the attention core took {share:.0%} of the call)."
+            f"do not depend on the number of heads at all (with one head, the attention core took {share:.0%} "
+            "of the call)."
         )
     else:
         where = (
-            f"On this machine, though, the attention core took {share:.0%} of the call at $H = 1$, more "
+            f"On this machine, though, the attention core took {share:.0%} of the call with one head, more "
             "than the projections: its many small steps run slower per multiply–add than the large "
             "products do."
         )
