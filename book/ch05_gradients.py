@@ -27,8 +27,7 @@ def gradient_norms(
         stack of depth d; and the residual stream's standard deviation after each layer.
     """
     torch.manual_seed(seed)
-    layers = [EncoderLayer(d_model, 4, 4 * d_model, dropout=0.0, norm_first=norm_first)
-              for _ in range(max(depths))]
+    layers = [EncoderLayer(d_model, 4, 4 * d_model, dropout=0.0, norm_first=norm_first) for _ in range(max(depths))]
     for layer in layers:
         for p in layer.parameters():
             if p.dim() > 1:

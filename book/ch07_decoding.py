@@ -14,7 +14,7 @@ import torch
 
 from course_lib.decoding import greedy_decode
 
-__all__ = ["Timed", "time_per_token", "running_median"]
+__all__ = ["Timed", "time_per_token", "best_per_step", "running_median"]
 
 
 class Timed:
@@ -38,6 +38,19 @@ def time_per_token(model, src: torch.Tensor, steps: int, use_cache: bool) -> tup
     timed = Timed(model)
     tokens = greedy_decode(timed, src, max_len=steps, use_cache=use_cache, stop_at_eos=False)
     return np.array(timed.seconds), tokens
+
+
+def best_per_step(model, src: torch.Tensor, steps: int, use_cache: bool, repeats: int = 3) -> np.ndarray:
+    """The fastest of ``repeats`` greedy decodings, step by step: (steps,) seconds.
+
+    One decoding's step times are noisy on a shared machine (another process takes the core
+    for a step or two); the minimum over a few decodings of the same tokens keeps each step's
+    own cost, so a sentence about how the steps grow does not flip between builds.
+    """
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"best_per_step: repeats must be an int >= 1, got {repeats!r}")
+    runs = [time_per_token(model, src, steps, use_cache)[0] for _ in range(repeats)]
+    return np.min(np.stack(runs), axis=0)
 
 
 def running_median(x, half: int = 4) -> np.ndarray:

@@ -57,6 +57,11 @@ def test_mean_deviation_draws_companions_and_averages():
 
 def test_markdown_table_rows_and_refusal():
     table = ch05_batchnorm.markdown_table(["", "a", "b"], [("one", [0.5, 1.0]), ("two", [0.0, 0.0])])
-    assert table.splitlines() == ["|  | a | b |", "| --- | --- | --- |", "| one | 0.500 | 1.000 |", "| two | 0.000 | 0.000 |"]
+    assert table.splitlines() == [
+        "|  | a | b |",
+        "| --- | --- | --- |",
+        "| one | 0.500 | 1.000 |",
+        "| two | 0.000 | 0.000 |",
+    ]
     with pytest.raises(ValueError, match="columns"):
         ch05_batchnorm.markdown_table(["", "a"], [("one", [1.0, 2.0])])

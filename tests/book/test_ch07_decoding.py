@@ -41,3 +41,16 @@ def test_running_median_uses_the_neighbours_it_has():
     x = [1.0, 100.0, 1.0, 1.0, 1.0]
     assert np.allclose(d.running_median(x, half=1), [50.5, 1.0, 1.0, 1.0, 1.0])
     assert np.allclose(d.running_median(x, half=0), x)
+
+
+def test_best_per_step_keeps_each_steps_fastest_decoding(monkeypatch):
+    runs = iter([np.array([3.0, 1.0, 5.0]), np.array([2.0, 4.0, 5.0]), np.array([9.0, 9.0, 0.5])])
+    monkeypatch.setattr(d, "time_per_token", lambda *args: (next(runs), None))
+    assert np.allclose(d.best_per_step(None, None, 3, use_cache=True, repeats=3), [2.0, 1.0, 0.5])
+
+
+def test_best_per_step_refuses_a_bad_repeat_count():
+    import pytest
+
+    with pytest.raises(ValueError, match="repeats"):
+        d.best_per_step(None, None, 3, use_cache=True, repeats=0)
