@@ -11,6 +11,10 @@
   node handlers only when no extension registered any for the builder's own name;
   sphinx-exercise registers ``singlehtml`` handlers, so myst-nb's hidden-input cells had
   none there and the build failed. The ``html`` handlers are copied where missing.
+- docutils writes the bibliography as ``<div role="list">`` of ``role="doc-biblioentry"``
+  entries; ARIA requires a list's children to be list items, so screen readers get a list
+  with no items (axe-core: aria-required-children, critical). The entries become
+  ``role="listitem"``.
 - Sphinx copies ``html_static_path`` only when some page is out of date, so a change to
   ``book/_static/*.css`` alone never reached a built book. A static file that differs from
   its copy in the output marks the root page out of date, which makes Sphinx copy them all.
@@ -53,6 +57,12 @@ def _singlehtml_handlers_from_html(app):
             single.setdefault(node, pair)
 
 
+def _citations_as_list_items(app, pagename, templatename, context, doctree):
+    body = context.get("body")
+    if isinstance(body, str) and 'role="doc-biblioentry"' in body:
+        context["body"] = body.replace('role="doc-biblioentry"', 'role="listitem"')
+
+
 def _static_files_changed(app, env, added, changed, removed):
     if app.builder.format != "html":
         return []
@@ -71,6 +81,7 @@ def setup(app):
     app.connect("config-inited", _use_local_mathjax, priority=900)
     app.connect("builder-inited", _singlehtml_handlers_from_html)
     app.connect("html-page-context", _drop_duplicate_scripts)
+    app.connect("html-page-context", _citations_as_list_items)
     app.connect("build-finished", _copy_mathjax)
     app.connect("env-get-outdated", _static_files_changed)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
