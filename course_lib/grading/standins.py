@@ -28,7 +28,8 @@ __all__ = ["live_callees", "static_callees", "standing_in", "composed"]
 
 def live_callees(fn: Callable[..., Any], candidates: Sequence[str]) -> list[str]:
     """The graded functions (names in ``candidates``) that ``fn`` calls through its globals,
-    directly or through helpers the notebook defines (not through another graded function)."""
+    directly or through helpers the notebook defines (not through another graded function),
+    including one that does not exist (its cell failed): it is stood in for like a wrong one."""
     env = getattr(fn, "__globals__", None)
     if not isinstance(env, dict):
         return []
@@ -44,7 +45,10 @@ def live_callees(fn: Callable[..., Any], candidates: Sequence[str]) -> list[str]
         names, _ = _code_loads(code)
         for n in sorted(names):
             value = env.get(n)
-            if n in candidates and value is not fn and callable(value):
+            if n in candidates and n not in env:  # its cell failed: the reference stands in for it too
+                if n not in found:
+                    found.append(n)
+            elif n in candidates and value is not fn and callable(value):
                 if n not in found:
                     found.append(n)
             elif isinstance(value, types.FunctionType) and _defined_here(value):
@@ -54,7 +58,7 @@ def live_callees(fn: Callable[..., Any], candidates: Sequence[str]) -> list[str]
 
 def static_callees(env: StaticEnvironment, name: str, candidates: Sequence[str]) -> list[str]:
     """The same, read from a notebook's cells without running them: the graded names that the
-    definitions reachable from ``name`` refer to."""
+    definitions reachable from ``name`` refer to, bound in a readable cell or not."""
     found: set[str] = set()
     seen: set[str] = {name}
     todo: list[ast.AST] = list(env.values(name))
@@ -65,7 +69,7 @@ def static_callees(env: StaticEnvironment, name: str, candidates: Sequence[str])
             if head in seen:
                 continue
             seen.add(head)
-            if head in candidates and env.values(head):
+            if head in candidates:  # defined or not (a cell that failed): the reference stands in
                 found.add(head)
             else:
                 todo.extend(env.values(head))
