@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from .harmless import MODULES_READS, SAFE_PATHS, membership_reads
 from .opwatch import resolve
 from .parsing import SHARED_CHARS, parse, parse_shared, walk
 
@@ -288,12 +289,18 @@ def _parse_cell(src: str) -> tuple[ast.Module | None, str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _cell_reading(src: str) -> tuple[dict[str, str], list[Ref]]:
-    """The local imports and the refs of a readable cell of at most
+def _cell_reading(src: str) -> tuple[dict[str, str], list[Ref], set[int]]:
+    """The local imports, the refs and the harmless ``sys.modules`` reads
+    (:func:`~.harmless.membership_reads`) of a readable cell of at most
     :data:`~course_lib.grading.parsing.SHARED_CHARS` characters, read once per grading process
     from its shared tree: only read, never changed."""
     tree = parse_shared(src)
-    return _local_imports(tree), list(_refs(tree))
+    return _local_imports(tree), list(_refs(tree)), membership_reads(tree)
+
+
+def _harmless(path: str, ref: Ref, reads: set[int]) -> bool:
+    """A version query, or ``sys.modules`` read only as a membership test (:mod:`.harmless`)."""
+    return path in SAFE_PATHS or (path in MODULES_READS and id(ref.node) in reads)
 
 
 # ---------------------------------------------------------------------------------------
@@ -433,6 +440,7 @@ class StaticEnvironment:
         self.dynamic_bindings: list[ast.AST] = []  # values stored through globals()[...] or setattr()
         self._refs: dict[int, tuple[ast.AST, list[Ref]]] = {}  # id -> (node, its refs): node kept alive
         self._imports: dict[int, tuple[ast.AST, dict[str, str]]] = {}  # id -> (node, its local imports)
+        self._reads: dict[int, tuple[ast.AST, set[int]]] = {}  # id -> (node, its harmless sys.modules reads)
         for tree in trees:
             for stmt in tree.body:
                 self._module_statement(stmt)
@@ -452,6 +460,12 @@ class StaticEnvironment:
         if id(node) not in self._imports:
             self._imports[id(node)] = (node, _local_imports(node))
         return self._imports[id(node)][1]
+
+    def membership_reads(self, node: ast.AST) -> set[int]:
+        """:func:`~.harmless.membership_reads` of ``node``, read once per notebook."""
+        if id(node) not in self._reads:
+            self._reads[id(node)] = (node, membership_reads(node))
+        return self._reads[id(node)][1]
 
     def refs(self, node: ast.AST) -> list[Ref]:
         """:func:`_refs` of ``node``, read once per notebook (each graded name's scan and the
@@ -709,6 +723,7 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
     try:
         while todo:
             node, local, imports = todo.pop()
+            reads = env.membership_reads(node)
             for ref in env.refs(node):
                 if _local_ref(ref, imports, local, r, note):
                     continue
@@ -718,7 +733,8 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
                     continue
                 paths = env.paths(ref.chain)
                 for path in paths:
-                    note(_check_path(path, ref.written, r))
+                    if not _harmless(path, ref, reads):
+                        note(_check_path(path, ref.written, r))
                     for value in env.attr_bindings.get(path, ()):  # torch.exp = torch.softmax
                         push(value)
                 note(_method_note(ref, r, next(iter(paths)) if len(paths) == 1 else None))
@@ -738,9 +754,9 @@ def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[st
         if cell.tree is None:
             continue
         if len(cell.source) <= SHARED_CHARS:
-            local, refs = _cell_reading(cell.source)
+            local, refs, reads = _cell_reading(cell.source)
         else:
-            local, refs = _local_imports(cell.tree), env.refs(cell.tree)
+            local, refs, reads = _local_imports(cell.tree), env.refs(cell.tree), membership_reads(cell.tree)
         for ref in refs:
             if ref.dynamic:
                 continue
@@ -753,7 +769,7 @@ def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[st
             if head in REVIEW_BUILTINS and head not in env.bindings and head not in local:
                 reason = f"{head}()" if head != "__builtins__" else head
             for path in paths:
-                if _under(path, REVIEW_PATHS) or _torch_internal(path):
+                if (_under(path, REVIEW_PATHS) or _torch_internal(path)) and not _harmless(path, ref, reads):
                     reason = path
             if reason:
                 line = getattr(ref.node, "lineno", 0)
@@ -872,6 +888,7 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                 continue
             local = _stored_names(tree) - ({tree.name} if hasattr(tree, "name") else set())
             imports = _local_imports(tree)
+            reads = membership_reads(tree)
             for ref in _refs(tree):
                 if _local_ref(ref, imports, local, r, note, trusted):
                     continue
@@ -886,6 +903,8 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                 written_path = (
                     ".".join([value.__name__, *ref.chain[1:]]) if isinstance(value, types.ModuleType) else None
                 )
+                if written_path and _harmless(written_path, ref, reads):
+                    continue
                 base: Any = None
                 ok = True
                 for part in ref.chain[1:]:
