@@ -37,6 +37,7 @@ from typing import Any, cast
 
 from .harmless import MODULES_READS, SAFE_PATHS, membership_reads
 from .opwatch import resolve
+from .ownership import Owned, owned
 from .parsing import SHARED_CHARS, parse, parse_shared, walk
 
 __all__ = [
@@ -381,6 +382,18 @@ def _stored_names(root: ast.AST) -> set[str]:
     return names - declared
 
 
+def _stored_names_of(stmt: ast.stmt) -> set[str]:
+    """The names a class-body statement binds in the class."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    return {n.id for n in walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | {
+        (a.asname or a.name).split(".")[0]
+        for n in walk(stmt)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+
+
 def _local_imports(root: ast.AST) -> dict[str, str]:
     """``import ...`` inside a function body: local name -> dotted path."""
     found: dict[str, str] = {}
@@ -441,6 +454,7 @@ class StaticEnvironment:
         self._refs: dict[int, tuple[ast.AST, list[Ref]]] = {}  # id -> (node, its refs): node kept alive
         self._imports: dict[int, tuple[ast.AST, dict[str, str]]] = {}  # id -> (node, its local imports)
         self._reads: dict[int, tuple[ast.AST, set[int]]] = {}  # id -> (node, its harmless sys.modules reads)
+        self._owned: dict[int, tuple[ast.AST, Owned]] = {}  # id -> (node, its own-object accesses)
         for tree in trees:
             for stmt in tree.body:
                 self._module_statement(stmt)
@@ -460,6 +474,44 @@ class StaticEnvironment:
         if id(node) not in self._imports:
             self._imports[id(node)] = (node, _local_imports(node))
         return self._imports[id(node)][1]
+
+    def classes(self, name: str) -> list[ast.ClassDef] | None:
+        """The notebook's classes ``name`` is bound to, when it is bound to nothing else."""
+        values = self.bindings.get(name)
+        if not values or name in self.imports or not all(isinstance(v, ast.ClassDef) for v in values):
+            return None
+        return cast(list[ast.ClassDef], values)
+
+    def instances(self, name: str) -> list[ast.ClassDef] | None:
+        """The classes of the objects a module-level ``name`` is bound to, when it is only ever
+        bound to ``C(...)`` of the notebook's classes."""
+        values = self.bindings.get(name)
+        if not values or name in self.imports:
+            return None
+        found: list[ast.ClassDef] = []
+        for v in values:
+            kinds = self.classes(v.func.id) if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) else None
+            if kinds is None:
+                return None
+            found += kinds
+        return found
+
+    def rebound(self, attr: str) -> bool:
+        """Whether a class of the notebook binds ``attr`` other than with a plain ``def``."""
+        for values in self.bindings.values():
+            for cls in values:
+                if isinstance(cls, ast.ClassDef):
+                    for stmt in cls.body:
+                        plain = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.decorator_list
+                        if not plain and attr in _stored_names_of(stmt):
+                            return True
+        return False
+
+    def owned(self, node: ast.AST) -> Owned:
+        """:func:`~.ownership.owned` of ``node``, read once per notebook."""
+        if id(node) not in self._owned:
+            self._owned[id(node)] = (node, owned(node, self.classes, self.rebound, self.instances))
+        return self._owned[id(node)][1]
 
     def membership_reads(self, node: ast.AST) -> set[int]:
         """:func:`~.harmless.membership_reads` of ``node``, read once per notebook."""
@@ -664,6 +716,7 @@ def _local_ref(
     r: _Rules,
     note: Callable[[str | None], None],
     trusted: bool = False,
+    own: Callable[[], Owned] | None = None,
 ) -> bool:
     """The checks every environment shares: dynamic constructs, attributes that reach into
     functions and frames, imports made inside the function, names local to it. True when the
@@ -679,7 +732,8 @@ def _local_ref(
         note(_method_note(ref, r, path))
         return True
     if head in local or head == "<expr>":
-        note(_method_note(ref, r, None))
+        if not (own and len(ref.chain) == 2 and ref.chain[-1] in r.methods and id(ref.node) in own().methods):
+            note(_method_note(ref, r, None))
         return True
     return False
 
@@ -724,12 +778,14 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
         while todo:
             node, local, imports = todo.pop()
             reads = env.membership_reads(node)
+            own = functools.partial(env.owned, node)
             for ref in env.refs(node):
-                if _local_ref(ref, imports, local, r, note):
+                if _local_ref(ref, imports, local, r, note, own=own):
                     continue
                 head = ref.chain[0]
                 if head in DYNAMIC_BUILTINS and head not in env.bindings and head not in env.imports:
-                    note(_dynamic_note(f"{head}()"))
+                    if not (head == "setattr" and id(ref.node) in own().setattrs):  # on the student's own object
+                        note(_dynamic_note(f"{head}()"))
                     continue
                 paths = env.paths(ref.chain)
                 for path in paths:
@@ -737,7 +793,8 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
                         note(_check_path(path, ref.written, r))
                     for value in env.attr_bindings.get(path, ()):  # torch.exp = torch.softmax
                         push(value)
-                note(_method_note(ref, r, next(iter(paths)) if len(paths) == 1 else None))
+                if not (len(ref.chain) == 2 and ref.chain[-1] in r.methods and id(ref.node) in own().methods):
+                    note(_method_note(ref, r, next(iter(paths)) if len(paths) == 1 else None))
                 if head in env.bindings:
                     visit_name(head)
     except RecursionError:
@@ -889,15 +946,17 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
             local = _stored_names(tree) - ({tree.name} if hasattr(tree, "name") else set())
             imports = _local_imports(tree)
             reads = membership_reads(tree)
+            own = _live_owned(tree, env)
             for ref in _refs(tree):
-                if _local_ref(ref, imports, local, r, note, trusted):
+                if _local_ref(ref, imports, local, r, note, trusted, own):
                     continue
                 head = ref.chain[0]
                 if head not in env:
                     note(_method_note(ref, r, None))
                     continue
                 if head in DYNAMIC_BUILTINS and env[head] is getattr(builtins, head, None):
-                    note(_dynamic_note(f"{head}()"))
+                    if not (head == "setattr" and id(ref.node) in own().setattrs):  # on the student's own object
+                        note(_dynamic_note(f"{head}()"))
                     continue
                 value: Any = env[head]
                 written_path = (
@@ -927,10 +986,17 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                     note(_dynamic_note(f"{written_path} (written {ref.written})"))
                 elif ok and any(value is getattr(builtins, b) for b in DYNAMIC_BUILTINS):
                     note(_dynamic_note(f"{value.__name__}() (written {ref.written})"))
+                own_method = (  # a method of the student's own object, not of a tensor
+                    isinstance(value, types.MethodType)
+                    and isinstance(value.__func__, types.FunctionType)
+                    and _defined_here(value.__func__)
+                    and not isinstance(base, torch.Tensor)
+                )
                 if (
                     len(ref.chain) > 1
                     and ref.chain[-1] in r.methods
                     and (base is torch.Tensor or not isinstance(base, (types.ModuleType, type)))
+                    and not own_method
                 ):
                     note(_describe(f"the tensor method .{ref.chain[-1]}()", ref.written))
                 if ok:
@@ -938,6 +1004,29 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
     except RecursionError:
         note("could not be checked: the code is nested too deeply")
     return found
+
+
+def _live_owned(tree: ast.AST, env: dict[str, Any]) -> Callable[[], Owned]:
+    """:func:`~.ownership.owned` of a live function's or class's source (computed when first
+    needed): a name is a class of the notebook when the live object is one (its source read)."""
+
+    def classes(name: str) -> list[ast.ClassDef] | None:
+        value = env.get(name)
+        if not isinstance(value, type) or not _defined_here(value):
+            return None
+        node = _source_tree(value)
+        return [node] if isinstance(node, ast.ClassDef) else None
+
+    def instances(name: str) -> list[ast.ClassDef] | None:
+        value = env.get(name)
+        kind = type(value)
+        return classes_of(kind) if _defined_here(kind) and not isinstance(value, type) else None
+
+    def classes_of(kind: type) -> list[ast.ClassDef] | None:
+        node = _source_tree(kind)
+        return [node] if isinstance(node, ast.ClassDef) else None
+
+    return functools.cache(lambda: owned(tree, classes, lambda attr: False, instances))
 
 
 def _code_loads(code: types.CodeType, depth: int = 0) -> tuple[set[str], set[str]]:
