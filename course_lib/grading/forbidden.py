@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .harmless import MODULES_READS, SAFE_PATHS, membership_reads
+from .liveness import only_the_last_is_live
 from .opwatch import resolve
 from .ownership import Owned, owned
 from .parsing import SHARED_CHARS, parse, parse_shared, walk
@@ -455,8 +456,16 @@ class StaticEnvironment:
         self._imports: dict[int, tuple[ast.AST, dict[str, str]]] = {}  # id -> (node, its local imports)
         self._reads: dict[int, tuple[ast.AST, set[int]]] = {}  # id -> (node, its harmless sys.modules reads)
         self._owned: dict[int, tuple[ast.AST, Owned]] = {}  # id -> (node, its own-object accesses)
+        self.trees: list[ast.Module] = []
+        self._top: set[int] = set()  # values bound by a plain top-level `def name` or `name = ...`
+        self._live: dict[str, list[ast.AST]] = {}
         for tree in trees:
+            self.trees.append(tree)
             for stmt in tree.body:
+                if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    self._top.add(id(stmt))
+                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    self._top.add(id(stmt.value))
                 self._module_statement(stmt)
             nodes = walk(tree)
             if not any(isinstance(node, ast.Global) for node in nodes):
@@ -603,6 +612,24 @@ class StaticEnvironment:
 
     def values(self, name: str) -> list[ast.AST]:
         return self.bindings.get(name, [])
+
+    def live_values(self, name: str) -> list[ast.AST]:
+        """The bindings of ``name`` that graded code can reach: the last one alone when it is
+        provably the live one (:func:`~.liveness.only_the_last_is_live`), else all of them."""
+        if name not in self._live:
+            values = self.values(name)
+            last = (
+                values
+                and not self.star
+                and not self.dynamic_bindings
+                and name not in self.imports
+                and "check" not in self.bindings  # the notebook's own check() could keep what it is given
+                and all(id(v) in self._top for v in values)
+                and isinstance(values[-1], ast.FunctionDef | ast.AsyncFunctionDef)
+                and only_the_last_is_live(name, self.trees)
+            )
+            self._live[name] = values[-1:] if last else values
+        return self._live[name]
 
 
 def _module_level_nodes(stmt: ast.stmt) -> Iterator[ast.AST]:
@@ -757,7 +784,7 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
         seen_names.add(n)
         if n in r.graded and n != name and env.values(n):
             note(_graded_note(n))
-        for value in env.values(n):
+        for value in env.live_values(n):
             push(value)
 
     def push(node: ast.AST) -> None:
