@@ -23,6 +23,7 @@ from course_lib.autograder.sandbox.runner import Limits, Runner
 from course_lib.grading import check
 from course_lib.grading.forbidden import NotebookScan
 from course_lib.grading.registry import exercise
+from course_lib.grading.standins import static_callees
 
 A = "02_self_attention"
 SETUP = "import math\nimport torch\nfrom course_lib.grading import check\n"
@@ -156,10 +157,11 @@ def notebook(cells: list[str]) -> bytes:
     return json.dumps(nb).encode()
 
 
-def live_notebook(tmp_path: Path, cells: list[str]):
+def live_notebook(tmp_path: Path, cells: list[str], history: bool = True):
     """The notebook run as a kernel runs it: each cell transformed by IPython; a cell that does
-    not compile is skipped (its error shown, the rest runs). Written to a module so that
-    ``check()`` can read the functions' source."""
+    not compile is skipped (its error shown, the rest runs), and every cell is in the input
+    history (``In``) unless ``history`` is False. Written to a module so that ``check()`` can
+    read the functions' source."""
     kept = []
     for src in cells_as_python(cells):
         try:
@@ -174,6 +176,8 @@ def live_notebook(tmp_path: Path, cells: list[str]):
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    if history:  # IPython's input history: every cell run, as it transformed it
+        module.In = module._ih = ["", *cells_as_python(cells)]  # type: ignore[attr-defined]
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
@@ -242,3 +246,36 @@ def test_the_sandboxed_grader_gives_every_honest_variant_full_marks_and_still_ca
             assert softmax["status"] == "forbidden" and softmax["score"] == 0, cheater
         rec = grade_submission(notebook([SETUP, REVIEWED["call_through_sys_modules"], SOFTMAX, ATTENTION]), A, runner)
         assert rec["status"] == "review" and rec["score"] == 0
+
+
+#: softmax is never written: only its call (and a comment naming its def) is in the notebook
+NEVER_WRITTEN = [SETUP, "# def softmax(x, dim=-1): later\n" + ATTENTION.replace("def self_attention", "def _unused")]
+GRADED = ["softmax", "scaled_dot_product_attention", "self_attention"]
+
+
+def _callees(cells: list[str], name: str) -> list[str]:
+    scan = NotebookScan(cells_as_python(cells))
+    unreadable = [c.source for c in scan.cells if c.tree is None]
+    return static_callees(scan.env, name, [n for n in GRADED if n != name], unreadable)
+
+
+def test_only_a_callee_the_student_wrote_is_stood_in_for_in_the_static_scan():
+    assert _callees(NEVER_WRITTEN, "scaled_dot_product_attention") == []
+    assert _callees([SETUP, ATTENTION], "self_attention") == ["scaled_dot_product_attention"]
+    syntax_error = HONEST["syntax_error_in_a_callee"][1]
+    assert _callees(syntax_error, "scaled_dot_product_attention") == ["softmax"]
+    # a def in a string of a cell that fails to parse counts only at the start of a line
+    assert _callees([SETUP, "x = 'def softmax(x):'\n(", ATTENTION], "scaled_dot_product_attention") == []
+
+
+@pytest.mark.parametrize("history", [True, False])
+def test_a_callee_never_written_gets_no_stand_in_in_check(tmp_path, history):
+    module = live_notebook(tmp_path, NEVER_WRITTEN, history=history)
+    report = check(module.scaled_dot_product_attention)
+    assert report.composition is None and report.score == 0 and not report.passed
+
+
+def test_without_history_a_missing_callee_is_not_stood_in_for_in_check(tmp_path):
+    module = live_notebook(tmp_path, HONEST["syntax_error_in_a_callee"][1], history=False)
+    report = check(module.scaled_dot_product_attention)
+    assert report.composition is None and not report.passed
