@@ -20,12 +20,18 @@ from collections.abc import Iterator
 
 from .parsing import walk
 
-__all__ = ["SAFE_PATHS", "MODULES_READS", "membership_reads"]
+__all__ = ["SAFE_PATHS", "MODULES_READS", "membership_reads", "harmless"]
 
 #: Version queries: they read a package's metadata file, nothing of any process.
 SAFE_PATHS = frozenset({"importlib.metadata.version", "importlib.metadata.PackageNotFoundError"})
 #: What a membership read of ``sys.modules`` resolves to.
 MODULES_READS = frozenset({"sys.modules", "sys.modules.keys", "sys.modules.get"})
+
+
+def harmless(path: str, node: ast.AST, reads: set[int]) -> bool:
+    """Whether ``node``, which resolves to ``path``, is a version query or reads ``sys.modules``
+    only as a membership test (``reads``: :func:`membership_reads` of the code around it)."""
+    return path in SAFE_PATHS or (path in MODULES_READS and id(node) in reads)
 
 
 def _tests(node: ast.AST) -> Iterator[ast.AST]:

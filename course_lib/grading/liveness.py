@@ -17,11 +17,11 @@ live: the runtime layer, :mod:`.opwatch`, still sees what it calls.)
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Container, Mapping, Sequence
 
 from .parsing import walk
 
-__all__ = ["only_the_last_is_live"]
+__all__ = ["only_the_last_is_live", "LiveBindings"]
 
 
 def only_the_last_is_live(name: str, trees: Sequence[ast.Module]) -> bool:
@@ -53,3 +53,41 @@ def _is(node: ast.AST, name: str) -> bool:
 
 def _constant(node: ast.AST, value: str) -> bool:
     return isinstance(node, ast.Constant) and node.value == value
+
+
+class LiveBindings:
+    """The bindings of a name that graded code can reach: the last one alone when it is provably
+    the live one, else all of them.
+
+    The last one is the live one when every binding is a plain top-level ``def name`` or
+    ``name = ...`` (the last a ``def``), the name is not imported, nothing makes the notebook
+    opaque (``from m import *``, a binding through ``globals()`` or ``setattr``, the notebook's
+    own ``check``, which could keep what it is given), and :func:`only_the_last_is_live`.
+    """
+
+    def __init__(
+        self, trees: Sequence[ast.Module], bindings: Mapping[str, list[ast.AST]], imports: Container[str], opaque: bool
+    ):
+        self.trees, self.bindings, self.imports, self.opaque = trees, bindings, imports, opaque
+        self._live: dict[str, list[ast.AST]] = {}
+        self._top: set[int] = set()  # values bound by a plain top-level `def name` or `name = ...`
+        for tree in trees:
+            for stmt in tree.body:
+                if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    self._top.add(id(stmt))
+                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    self._top.add(id(stmt.value))
+
+    def __call__(self, name: str) -> list[ast.AST]:
+        if name not in self._live:
+            values = self.bindings.get(name, [])
+            last = (
+                values
+                and not self.opaque
+                and name not in self.imports
+                and all(id(v) in self._top for v in values)
+                and isinstance(values[-1], ast.FunctionDef | ast.AsyncFunctionDef)
+                and only_the_last_is_live(name, self.trees)
+            )
+            self._live[name] = values[-1:] if last else values
+        return self._live[name]

@@ -22,8 +22,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from .core import Composition, Report
-from .forbidden import StaticEnvironment, _code_loads, _defined_here
+from .forbidden import StaticEnvironment
 from .history import executed_cells
+from .livecode import code_loads, defined_here
 
 __all__ = ["live_callees", "static_callees", "written", "standing_in", "composed"]
 
@@ -46,7 +47,7 @@ def live_callees(fn: Callable[..., Any], candidates: Sequence[str]) -> list[str]
         if id(obj) in seen or not isinstance(code, types.CodeType):
             continue
         seen.add(id(obj))
-        names, _ = _code_loads(code)
+        names, _ = code_loads(code)
         for n in sorted(names):
             value = env.get(n)
             if n in candidates and n not in env:  # its cell failed: the reference stands in for it too,
@@ -55,7 +56,7 @@ def live_callees(fn: Callable[..., Any], candidates: Sequence[str]) -> list[str]
             elif n in candidates and value is not fn and callable(value):
                 if n not in found:
                     found.append(n)
-            elif isinstance(value, types.FunctionType) and _defined_here(value):
+            elif isinstance(value, types.FunctionType) and defined_here(value):
                 todo.append(value)
     return [c for c in candidates if c in found]
 

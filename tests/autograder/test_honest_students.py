@@ -131,6 +131,55 @@ CHEATERS = {
         "def softmax(x, dim=-1):\n    return _first(x, dim)",
     ],
 }
+PATCH_CLASS = """
+def fake(x, dim=-1):
+    return x
+
+class Patch:
+    def __init__(self, name, value):
+        setattr(self, name, value)
+
+    def setter(self, name, value):
+        setattr(self, name, value)
+"""
+FORGED_SELF = {  # a method called with any first argument: `self` is not the student's object
+    "init_through_the_class_on_torch_tensor": "Patch.__init__(torch.Tensor, 'softmax', fake)",
+    "setter_through_type_on_torch": "type(Patch(0, 0)).setter(torch, 'exp', fake)",
+    "setter_taken_from_the_class": "f = Patch.setter\n    f(torch, 'exp', fake)",
+    "setter_through_func_on_torch": "Patch(0, 0).setter.__func__(torch, 'exp', fake)",
+}
+for _name, _call in FORGED_SELF.items():
+    CHEATERS[_name] = [SETUP, PATCH_CLASS, SOFTMAX.replace("):\n", "):\n    " + _call + "\n", 1)]
+CHEATERS["forward_through_the_class_on_a_tensor"] = [
+    SETUP,
+    HELPER_CLASS.replace("return Normaliser()(x, dim)", "return Normaliser.__call__(x, dim)"),
+]
+CHEATERS["forward_through_the_class_held_in_a_local"] = [
+    SETUP,
+    HELPER_CLASS.replace("return Normaliser()(x, dim)", "n = Normaliser\n    return n.__call__(x, dim)"),
+]
+#: a line anywhere in the notebook (not in graded code) after which no `self` is proven
+FORGING_ELSEWHERE = [
+    "Normaliser.softmax(torch.zeros(3), -1)",
+    "f = Normaliser.softmax",
+    "fs = list(map(Normaliser.softmax, [torch.zeros(3)], [-1]))",
+    "g = getattr(Normaliser, 'softmax')",
+    "isinstance(1, Normaliser)",
+    "k = type(Normaliser())",
+    "k = Normaliser().__class__",
+    "m = Normaliser().softmax.__func__",
+    "d = Normaliser().__dict__",
+    "class Sub(Normaliser):\n    def go(self, x):\n        return super(Normaliser, x).softmax(x, -1)",
+    "class Sub(torch.Tensor, Normaliser):\n    pass",
+    "@print\nclass Sub(Normaliser):\n    pass",
+    "class Sub(Normaliser):\n    @classmethod\n    def make(cls):\n        return cls",
+    "class D:\n    def __set_name__(self, owner, name):\n        owner.softmax(torch.zeros(3), -1)",
+    "k = globals()['Normaliser']",
+    "import inspect",
+    "from __main__ import Normaliser as N",
+]
+
+
 #: cells that hold the notebook for review
 REVIEWED = {
     "call_through_sys_modules": "import sys\ny = sys.modules['torch'].softmax(torch.zeros(3), -1)",
@@ -216,6 +265,18 @@ def test_a_cheater_writing_the_forbidden_call_another_way_is_still_caught(cheate
     assert NotebookScan(cells_as_python(CHEATERS[cheater])).violations("softmax", RULES)
 
 
+def test_a_method_called_on_the_students_own_instance_may_use_setattr():
+    honest = SOFTMAX.replace("):\n", "):\n    Patch('kept', fake).setter('more', fake)\n", 1)
+    assert NotebookScan(cells_as_python([SETUP, PATCH_CLASS, honest])).violations("softmax", RULES) == []
+
+
+@pytest.mark.parametrize("line", FORGING_ELSEWHERE)
+def test_a_class_reached_other_than_by_its_constructor_proves_nothing(line):
+    honest = cells_as_python([SETUP, HELPER_CLASS, ATTENTION])
+    assert NotebookScan(honest).violations("softmax", RULES) == []
+    assert NotebookScan([*honest, line]).violations("softmax", RULES), line
+
+
 @pytest.mark.parametrize("cheater", sorted(REVIEWED))
 def test_fetching_writing_or_calling_through_sys_modules_is_still_held_for_review(cheater):
     assert NotebookScan([SETUP, REVIEWED[cheater], SOFTMAX]).review_flags()
@@ -279,3 +340,13 @@ def test_without_history_a_missing_callee_is_not_stood_in_for_in_check(tmp_path)
     module = live_notebook(tmp_path, HONEST["syntax_error_in_a_callee"][1], history=False)
     report = check(module.scaled_dot_product_attention)
     assert report.composition is None and not report.passed
+
+
+@pytest.mark.parametrize("history", [True, False])
+@pytest.mark.parametrize(
+    "cheater", ["forward_through_the_class_on_a_tensor", "forward_through_the_class_held_in_a_local"]
+)
+def test_check_flags_a_method_called_through_its_class_on_a_tensor(tmp_path, history, cheater):
+    module = live_notebook(tmp_path, CHEATERS[cheater], history=history)
+    report = check(module.softmax)
+    assert report.status == "forbidden" and report.score == 0
