@@ -303,8 +303,9 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         return _record(assignment, digest, "review", reports, [msg], isolation, seed, noted, fallbacks, written)
     forbidden = {ex.name: scan.violations(ex.name, ex.forbidden) for ex in exercises}
     callees = {}
+    unreadable = [c.source for c in scan.cells if c.tree is None]  # a callee's def may be there
     for ex in exercises:
-        names = static_callees(scan.env, ex.name, [n for n in ASSIGNMENTS[assignment] if n != ex.name])
+        names = static_callees(scan.env, ex.name, [n for n in ASSIGNMENTS[assignment] if n != ex.name], unreadable)
         if names and not forbidden[ex.name]:
             callees[ex.name] = names
     runnable = skip_demos(scan.runnable_sources(), [ex.name for ex in exercises])  # demos are not graded

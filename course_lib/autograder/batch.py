@@ -27,6 +27,7 @@ from ..grading.registry import ASSIGNMENTS, exercises_of
 from .autograde import checker_version, failed_record, grade_submission, refused_record, sha256
 from .deadlines import LatePolicy, apply_late
 from .gradebook import Gradebook
+from .identity import identity, unmatched_timestamps
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
 from .pool import grade_in_processes
 from .text import student_message
@@ -50,9 +51,11 @@ class Submission:
 
 
 def student_id(name: str) -> str:
-    """A student's id from their folder's name: the name itself, or where it is not valid text
-    (bytes that are not UTF-8 in the file name) a backslash-escaped form that stays unique."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A student's id from their folder's name: the name in NFC without surrounding whitespace
+    (:func:`.identity.identity`, as the roster and ``timestamps.csv`` are read), or where it is
+    not valid text (bytes that are not UTF-8 in the file name) a backslash-escaped form that
+    stays unique."""
+    return identity(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
 def discover(root: str | Path, assignments: tuple[str, ...] | None = None) -> tuple[list[Submission], list[str]]:
@@ -63,11 +66,19 @@ def discover(root: str | Path, assignments: tuple[str, ...] | None = None) -> tu
     wanted = assignments or tuple(ASSIGNMENTS)
     subs: list[Submission] = []
     notes: list[str] = []
+    folders: dict[str, str] = {}  # student id -> the folder name it came from
     for student_dir in sorted(p for p in root.iterdir()):
         student = student_id(student_dir.name)
         if not student_dir.is_dir() or student_dir.is_symlink():
             notes.append(f"{student}: not a student folder, ignored")
             continue
+        if student in folders:
+            notes.append(
+                f"{student_dir.name!r}: the same student as the folder {folders[student]!r} "
+                "(the names differ only in Unicode form or surrounding spaces), ignored"
+            )
+            continue
+        folders[student] = student_dir.name
         for path in sorted(student_dir.iterdir()):
             slug = path.name[: -len(".ipynb")] if path.name.endswith(".ipynb") else None
             if slug in wanted:
@@ -229,7 +240,10 @@ def grade_all(
         if late is not None or no_deadline:
             book.set_deadline(slug, None if late is None else late.to_json())
     summary.deadlines = {a: LatePolicy.from_json(p) for a, p in book.deadlines().items()}
-    times = timestamps or {}
+    times = {(identity(s), identity(a)): t for (s, a), t in (timestamps or {}).items()}
+    summary.notes += unmatched_timestamps(
+        times, [(sub.student, sub.assignment) for sub in subs], assignments or tuple(ASSIGNMENTS)
+    )
 
     def stamp(sub: Submission, record: dict, previous: str | None = None) -> dict:
         """The record with its submission time and late penalty (counted in the summary)."""

@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .identity import identity
+
 __all__ = ["LatePolicy", "PENALTY_FORM", "apply_late", "parse_time", "read_timestamps"]
 
 _PENALTY = re.compile(r"(\d+(?:\.\d+)?)%/day(?:,max=(\d+(?:\.\d+)?)%)?")
@@ -84,7 +86,7 @@ class LatePolicy:
 def read_timestamps(path: str | Path) -> dict[tuple[str, str], str]:
     """``(student, assignment) -> ISO time`` from a CSV with the columns ``student``,
     ``assignment`` and ``submitted_at`` (an ISO 8601 time with a timezone; an LMS download
-    provides them). A ValueError names the file and line of a bad row."""
+    provides them). Ids are in the form folder names are compared in (:func:`.identity.identity`). A ValueError names the file and line of a bad row."""
     times: dict[tuple[str, str], str] = {}
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
@@ -97,7 +99,7 @@ def read_timestamps(path: str | Path) -> dict[tuple[str, str], str]:
         for row in reader:
             where = f"--timestamps: {path} line {reader.line_num}"
             when = parse_time(row["submitted_at"] or "", where)
-            times[(row["student"].strip(), row["assignment"].strip())] = when.isoformat()
+            times[(identity(row["student"] or ""), identity(row["assignment"] or ""))] = when.isoformat()
     return times
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..grading.feedback import composition_lines, mistake_lines
 from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
+from .identity import identity
 from .text import csv_cell, markdown_escape, valid_utf8
 
 __all__ = [
@@ -145,7 +146,7 @@ def read_roster(path: str | Path) -> tuple[list[str], str, list[dict[str, str]]]
         )
     students = []
     for row in rows:
-        login = (row.get(key) or "").strip()
+        login = identity(row.get(key) or "")
         if login and "Points Possible" not in (row.get(header[0]) or ""):
             students.append({**{k: (v or "") for k, v in row.items() if isinstance(k, str)}, key: login})
     return header, key, students
@@ -172,7 +173,7 @@ def _gradebook_table(db: str | Path) -> tuple[dict[str, dict[str, dict]], dict[s
     points: dict[str, float] = {}
     with Gradebook(db) as book:
         for student, rec in book.rows():
-            table.setdefault(student, {})[rec["assignment"]] = rec
+            table.setdefault(identity(student), {})[rec["assignment"]] = rec
             points.setdefault(rec["assignment"], rec["max_score"])
     order = [a for a in ASSIGNMENTS if a in points] + sorted(a for a in points if a not in ASSIGNMENTS)
     return table, {a: points[a] for a in order}

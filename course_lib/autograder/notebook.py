@@ -2,18 +2,21 @@
 
 Runs in the grader's process on untrusted bytes, so it only parses: size limit first, then
 UTF-8, then JSON, then the nbformat 4 structure, then the amount of code. Every refusal is a
-sentence for the student. IPython's magics and shell lines are turned into Python here, once
-(:func:`python_source`): what the static scan reads is exactly what the sandbox runs.
+sentence for the student. Each cell is turned into Python here, once, by IPython's own input
+transformer (:func:`python_source`): what the static scan reads is exactly what the sandbox runs,
+and exactly what a Jupyter kernel runs.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from collections.abc import Iterable
+from typing import cast
 
-from ..grading.parsing import parse_shared
+from ..grading.parsing import SHARED_CHARS, parse_shared
 
 __all__ = [
     "NotebookError",
@@ -32,8 +35,8 @@ MAX_NOTEBOOK_BYTES = 20_000_000
 #: All code cells together (the solutions have about 8,000 characters of code each); more is
 #: refused before anything is parsed, so no submission can make the grader's parse slow.
 MAX_CODE_CHARS = 300_000
-#: Cell magics whose body is Python (timing, capturing): the body runs; any other cell magic
-#: (``%%bash``, ``%%html``...) makes the cell not Python, so it is not run.
+#: Cell magics whose body is Python (timing, capturing): the body runs, as IPython runs it; any
+#: other cell magic (``%%bash``, ``%%html``...) makes the cell not Python, so it is not run.
 _PYTHON_CELL_MAGICS = ("time", "timeit", "capture", "prun")
 
 
@@ -42,20 +45,61 @@ class NotebookError(ValueError):
 
 
 def python_source(src: str) -> str:
-    """A cell as Python: line magics and shell lines (``%time``, ``!pip``) become ``pass`` at
-    their indentation, a Python cell magic's first line is dropped, any other cell magic makes
-    the cell empty."""
-    lines = src.splitlines()
-    if lines and lines[0].lstrip().startswith("%%"):
-        magic = lines[0].split()[0][2:]
+    """A cell as Python, transformed by IPython's own input transformer
+    (``TransformerManager().transform_cell``), exactly as a kernel transforms it: magics,
+    shell lines and help (``%time``, ``!pip``, ``torch.amax?``) become calls of
+    ``get_ipython()``, which do nothing in the sandbox. Line numbers are kept (the blank
+    lines IPython drops at the top are put back). The body of a Python cell magic
+    (:data:`_PYTHON_CELL_MAGICS`) is transformed in its place, so it runs and is scanned like
+    any cell; any other cell magic makes the cell empty."""
+    if not src.strip():
+        return src
+    lines = src.splitlines(keepends=True)
+    lead = next(i for i, line in enumerate(lines) if not line.isspace())  # lines IPython drops
+    out = _transform(src)
+    call = _cell_magic(out)
+    if call is not None:
+        magic, body = call
         if magic not in _PYTHON_CELL_MAGICS:
             return ""
-        lines = [""] + lines[1:]
-    out = []
-    for line in lines:
-        stripped = line.lstrip()
-        out.append(line[: len(line) - len(stripped)] + "pass" if stripped.startswith(("%", "!")) else line)
-    return "\n".join(out)
+        return "\n" * (lead + 1) + _transform(body) if body.strip() else ""
+    return "\n" * lead + out
+
+
+def _transform(src: str) -> str:
+    """IPython's transform of one cell; a cell of up to
+    :data:`~course_lib.grading.parsing.SHARED_CHARS` characters once per process (a class's
+    notebooks share most cells)."""
+    return _transform_shared(src) if len(src) <= SHARED_CHARS else _transform_once(src)
+
+
+def _transform_once(src: str) -> str:
+    """A cell IPython cannot transform is left as it is (and reported if it does not parse)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        return TransformerManager().transform_cell(src)
+    except Exception:  # noqa: BLE001 - IPython's failure on a student's cell is not the grader's
+        return src
+
+
+_transform_shared = functools.lru_cache(maxsize=2048)(_transform_once)
+
+
+def _cell_magic(out: str) -> tuple[str, str] | None:
+    """(magic, body) when IPython made the cell one ``get_ipython().run_cell_magic(...)``."""
+    if not out.startswith("get_ipython().run_cell_magic("):
+        return None
+    try:
+        tree = parse_shared(out)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr) or not isinstance(tree.body[0].value, ast.Call):
+        return None
+    args = tree.body[0].value.args
+    if len(args) != 3 or not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args):
+        return None
+    return cast(str, cast(ast.Constant, args[0]).value), cast(str, cast(ast.Constant, args[2]).value)
 
 
 def code_cells(data: bytes) -> list[str]:

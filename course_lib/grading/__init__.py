@@ -72,7 +72,7 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     callees = live_callees(fn, [n for n in ASSIGNMENTS[assignment_of(name)] if n != name])
     if own.passed or not callees or not isinstance(namespace, dict):
         return own
-    if all(check(namespace[c], name=c).passed for c in callees):
+    if all(c in namespace and check(namespace[c], name=c).passed for c in callees):
         return own  # the callees are right: the student's own composition is the one to grade
     references = {c: exercise(c).reference for c in callees}
     with standing_in(namespace, references):

@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import ast
 import builtins
-import dis
 import functools
 import inspect
-import textwrap
 import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from .harmless import harmless, membership_reads
+from .livecode import code_loads, defined_here, object_path, source_tree
+from .liveness import LiveBindings
 from .opwatch import resolve
-from .parsing import SHARED_CHARS, parse, parse_shared, walk
+from .ownership import Owned, Proof, live_owned, own_bound_method, owned, static_proof
+from .parsing import SHARED_CHARS, parse_shared, walk
 
 __all__ = [
     "ParsedCell",
@@ -288,12 +290,13 @@ def _parse_cell(src: str) -> tuple[ast.Module | None, str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _cell_reading(src: str) -> tuple[dict[str, str], list[Ref]]:
-    """The local imports and the refs of a readable cell of at most
+def _cell_reading(src: str) -> tuple[dict[str, str], list[Ref], set[int]]:
+    """The local imports, the refs and the harmless ``sys.modules`` reads
+    (:func:`~.harmless.membership_reads`) of a readable cell of at most
     :data:`~course_lib.grading.parsing.SHARED_CHARS` characters, read once per grading process
     from its shared tree: only read, never changed."""
     tree = parse_shared(src)
-    return _local_imports(tree), list(_refs(tree))
+    return _local_imports(tree), list(_refs(tree)), membership_reads(tree)
 
 
 # ---------------------------------------------------------------------------------------
@@ -431,9 +434,9 @@ class StaticEnvironment:
         self.bindings: dict[str, list[ast.AST]] = {}
         self.attr_bindings: dict[str, list[ast.AST]] = {}  # "torch.exp" = ... (monkeypatching)
         self.dynamic_bindings: list[ast.AST] = []  # values stored through globals()[...] or setattr()
-        self._refs: dict[int, tuple[ast.AST, list[Ref]]] = {}  # id -> (node, its refs): node kept alive
-        self._imports: dict[int, tuple[ast.AST, dict[str, str]]] = {}  # id -> (node, its local imports)
-        for tree in trees:
+        self._read: dict[tuple[str, int], tuple[ast.AST, Any]] = {}  # (what, id) -> (node, what it has)
+        self.trees = list(trees)
+        for tree in self.trees:
             for stmt in tree.body:
                 self._module_statement(stmt)
             nodes = walk(tree)
@@ -447,18 +450,29 @@ class StaticEnvironment:
                         for sub in inside:
                             self._store(sub, only=declared)
 
+    def _cached(self, what: str, node: ast.AST, read: Callable[[ast.AST], Any]) -> Any:
+        """``read(node)``, once per notebook (each graded name's scan and the review flags read
+        the same functions); the node is kept alive with it, and callers never change it."""
+        if (what, id(node)) not in self._read:
+            self._read[what, id(node)] = (node, read(node))
+        return self._read[what, id(node)][1]
+
     def local_imports(self, node: ast.AST) -> dict[str, str]:
-        """:func:`_local_imports` of ``node``, read once per notebook (never changed by callers)."""
-        if id(node) not in self._imports:
-            self._imports[id(node)] = (node, _local_imports(node))
-        return self._imports[id(node)][1]
+        return cast(dict[str, str], self._cached("imports", node, _local_imports))
 
     def refs(self, node: ast.AST) -> list[Ref]:
-        """:func:`_refs` of ``node``, read once per notebook (each graded name's scan and the
-        review flags read the same functions)."""
-        if id(node) not in self._refs:
-            self._refs[id(node)] = (node, list(_refs(node)))
-        return self._refs[id(node)][1]
+        return cast(list[Ref], self._cached("refs", node, lambda n: list(_refs(n))))
+
+    def membership_reads(self, node: ast.AST) -> set[int]:
+        return cast(set[int], self._cached("reads", node, membership_reads))
+
+    @functools.cached_property
+    def proof(self) -> Proof:
+        """What the notebook proves about its own objects (:func:`~.ownership.static_proof`)."""
+        return static_proof(self.trees, self.bindings, self.imports)
+
+    def owned(self, node: ast.AST) -> Owned:
+        return cast(Owned, self._cached("owned", node, lambda n: owned(n, self.proof)))
 
     def _bind(self, name: str, value: ast.AST) -> None:
         self.bindings.setdefault(name, []).append(value)
@@ -538,6 +552,12 @@ class StaticEnvironment:
     def values(self, name: str) -> list[ast.AST]:
         return self.bindings.get(name, [])
 
+    @functools.cached_property
+    def live_values(self) -> Callable[[str], list[ast.AST]]:
+        """The bindings of a name that graded code can reach (:class:`~.liveness.LiveBindings`)."""
+        opaque = bool(self.star or self.dynamic_bindings or "check" in self.bindings)
+        return LiveBindings(self.trees, self.bindings, self.imports, opaque)
+
 
 def _module_level_nodes(stmt: ast.stmt) -> Iterator[ast.AST]:
     """A module-level statement and the statements nested in its blocks (if, for, try, with),
@@ -558,33 +578,6 @@ class LiveEnvironment:
 
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
-
-
-def _object_path(obj: Any) -> str | None:
-    if isinstance(obj, types.ModuleType):
-        return obj.__name__
-    module = getattr(obj, "__module__", None)
-    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-    if isinstance(module, str) and isinstance(qual, str):
-        return f"{module}.{qual}"
-    return None
-
-
-def _source_tree(obj: Any) -> ast.AST | None:
-    """The definition of a live function or class, parsed from its source (None if unknown)."""
-    try:
-        src = textwrap.dedent(inspect.getsource(obj))
-        tree = parse(src)
-    except (OSError, TypeError, SyntaxError, IndentationError, ValueError, RecursionError):
-        return None
-    name = getattr(obj, "__name__", None)
-    for node in walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            return node
-    for node in walk(tree):
-        if isinstance(node, ast.Lambda):
-            return node
-    return tree
 
 
 # ---------------------------------------------------------------------------------------
@@ -629,11 +622,18 @@ def _check_path(path: str, written: str, rules: _Rules, trusted: bool = False) -
     return None
 
 
-def _method_note(ref: Ref, rules: _Rules, path: str | None) -> str | None:
+def _method_note(ref: Ref, rules: _Rules, path: str | None, own: Callable[[], Owned] | None = None) -> str | None:
+    """A forbidden tensor method, unless ``own`` proves it a method of the student's own object."""
     if len(ref.chain) > 1 and ref.chain[-1] in rules.methods:
         if path is None or path == f"torch.Tensor.{ref.chain[-1]}" or ref.chain[0] == "<expr>":
-            return _describe(f"the tensor method .{ref.chain[-1]}()", ref.written)
+            if own is None or len(ref.chain) != 2 or id(ref.node) not in own().methods:
+                return _describe(f"the tensor method .{ref.chain[-1]}()", ref.written)
     return None
+
+
+def _builtin_note(head: str, ref: Ref, own: Callable[[], Owned]) -> str | None:
+    """A dynamic builtin, unless it is ``setattr`` on the student's own object (:mod:`.ownership`)."""
+    return None if head == "setattr" and id(ref.node) in own().setattrs else _dynamic_note(f"{head}()")
 
 
 def _attr_note(ref: Ref) -> str | None:
@@ -650,6 +650,7 @@ def _local_ref(
     r: _Rules,
     note: Callable[[str | None], None],
     trusted: bool = False,
+    own: Callable[[], Owned] | None = None,
 ) -> bool:
     """The checks every environment shares: dynamic constructs, attributes that reach into
     functions and frames, imports made inside the function, names local to it. True when the
@@ -665,7 +666,7 @@ def _local_ref(
         note(_method_note(ref, r, path))
         return True
     if head in local or head == "<expr>":
-        note(_method_note(ref, r, None))
+        note(_method_note(ref, r, None, own))
         return True
     return False
 
@@ -689,7 +690,7 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
         seen_names.add(n)
         if n in r.graded and n != name and env.values(n):
             note(_graded_note(n))
-        for value in env.values(n):
+        for value in env.live_values(n):
             push(value)
 
     def push(node: ast.AST) -> None:
@@ -709,19 +710,21 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
     try:
         while todo:
             node, local, imports = todo.pop()
+            reads = env.membership_reads(node)
+            own = functools.partial(env.owned, node)
             for ref in env.refs(node):
-                if _local_ref(ref, imports, local, r, note):
+                if _local_ref(ref, imports, local, r, note, own=own):
                     continue
                 head = ref.chain[0]
                 if head in DYNAMIC_BUILTINS and head not in env.bindings and head not in env.imports:
-                    note(_dynamic_note(f"{head}()"))
+                    note(_builtin_note(head, ref, own))
                     continue
                 paths = env.paths(ref.chain)
                 for path in paths:
-                    note(_check_path(path, ref.written, r))
+                    note(None if harmless(path, ref.node, reads) else _check_path(path, ref.written, r))
                     for value in env.attr_bindings.get(path, ()):  # torch.exp = torch.softmax
                         push(value)
-                note(_method_note(ref, r, next(iter(paths)) if len(paths) == 1 else None))
+                note(_method_note(ref, r, next(iter(paths)) if len(paths) == 1 else None, own))
                 if head in env.bindings:
                     visit_name(head)
     except RecursionError:
@@ -738,9 +741,9 @@ def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[st
         if cell.tree is None:
             continue
         if len(cell.source) <= SHARED_CHARS:
-            local, refs = _cell_reading(cell.source)
+            local, refs, reads = _cell_reading(cell.source)
         else:
-            local, refs = _local_imports(cell.tree), env.refs(cell.tree)
+            local, refs, reads = _local_imports(cell.tree), env.refs(cell.tree), membership_reads(cell.tree)
         for ref in refs:
             if ref.dynamic:
                 continue
@@ -753,7 +756,7 @@ def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[st
             if head in REVIEW_BUILTINS and head not in env.bindings and head not in local:
                 reason = f"{head}()" if head != "__builtins__" else head
             for path in paths:
-                if _under(path, REVIEW_PATHS) or _torch_internal(path):
+                if (_under(path, REVIEW_PATHS) or _torch_internal(path)) and not harmless(path, ref.node, reads):
                     reason = path
             if reason:
                 line = getattr(ref.node, "lineno", 0)
@@ -832,7 +835,7 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                 continue
             if isinstance(obj, types.MethodType):
                 obj = obj.__func__
-            if isinstance(obj, functools_partial()):
+            if isinstance(obj, functools.partial):
                 partial = cast(Any, obj)
                 todo.append(partial.func)
                 todo.extend(partial.args)
@@ -847,14 +850,15 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
             if obj is not fn and _is_reference(obj):
                 continue  # already reported where it was read; its own code is the reference
             if not isinstance(obj, (types.FunctionType, type)):
-                if not isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)) and _defined_here(type(obj)):
+                if not isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)) and defined_here(type(obj)):
                     todo.append(type(obj))  # an instance of a notebook class: its methods
                 continue
-            if not _defined_here(obj) and obj is not fn:
+            if not defined_here(obj) and obj is not fn:
                 continue  # library code (torch, numpy): the runtime layer watches what it runs
             trusted = trusted_root and _is_reference(obj)
             env = dict(vars(builtins))
-            env.update(getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or builtins))
+            namespace = getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or builtins)
+            env.update(namespace)
             code = getattr(obj, "__code__", None)
             closure = getattr(obj, "__closure__", None)
             if code is not None and closure:
@@ -863,7 +867,7 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                         env[var] = cell.cell_contents
                     except ValueError:
                         pass
-            tree = _source_tree(obj)
+            tree = source_tree(obj)
             if isinstance(code, types.CodeType) and (tree is None or obj.__name__ == "<lambda>"):
                 # no source to read (made with exec, or a lambda among others on its line): the
                 # names its bytecode loads are checked instead, so it is never left unchecked
@@ -872,20 +876,24 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                 continue
             local = _stored_names(tree) - ({tree.name} if hasattr(tree, "name") else set())
             imports = _local_imports(tree)
+            reads = membership_reads(tree)
+            own = live_owned(tree, env, namespace)
             for ref in _refs(tree):
-                if _local_ref(ref, imports, local, r, note, trusted):
+                if _local_ref(ref, imports, local, r, note, trusted, own):
                     continue
                 head = ref.chain[0]
                 if head not in env:
                     note(_method_note(ref, r, None))
                     continue
                 if head in DYNAMIC_BUILTINS and env[head] is getattr(builtins, head, None):
-                    note(_dynamic_note(f"{head}()"))
+                    note(_builtin_note(head, ref, own))
                     continue
                 value: Any = env[head]
                 written_path = (
                     ".".join([value.__name__, *ref.chain[1:]]) if isinstance(value, types.ModuleType) else None
                 )
+                if written_path and harmless(written_path, ref.node, reads):
+                    continue
                 base: Any = None
                 ok = True
                 for part in ref.chain[1:]:
@@ -897,7 +905,7 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                         break
                     if isinstance(value, (staticmethod, classmethod)):
                         value = value.__func__
-                path = _object_path(value) if ok else None
+                path = object_path(value) if ok else None
                 if ok and id(value) in r.objects:
                     note(_describe(r.objects[id(value)], ref.written))
                 elif ok and not trusted and _is_reference(value):
@@ -912,6 +920,7 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
                     len(ref.chain) > 1
                     and ref.chain[-1] in r.methods
                     and (base is torch.Tensor or not isinstance(base, (types.ModuleType, type)))
+                    and not own_bound_method(value, base)
                 ):
                     note(_describe(f"the tensor method .{ref.chain[-1]}()", ref.written))
                 if ok:
@@ -921,24 +930,6 @@ def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list
     return found
 
 
-def _code_loads(code: types.CodeType, depth: int = 0) -> tuple[set[str], set[str]]:
-    """The global (and closure) names and the attribute names that a code object and the code
-    nested in it load, read from its bytecode."""
-    globals_, attrs = set(code.co_freevars), set()
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_GLOBALS"):
-            globals_.add(str(ins.argval))
-        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IMPORT_NAME", "IMPORT_FROM"):
-            attrs.add(str(ins.argval))
-    if depth < 20:
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                g, a = _code_loads(const, depth + 1)
-                globals_ |= g
-                attrs |= a
-    return globals_, attrs
-
-
 def _bytecode_refs(
     code: types.CodeType, env: dict[str, Any], r: _Rules, note: Callable[[str | None], None], trusted: bool
 ) -> list[Any]:
@@ -946,7 +937,7 @@ def _bytecode_refs(
     the objects they reach, to follow in turn. An attribute is forbidden when it is a forbidden
     tensor method, or the last part of a rule whose module the code also loads (``torch`` and
     ``softmax``)."""
-    names, attrs = _code_loads(code)
+    names, attrs = code_loads(code)
     modules = {v.__name__ for n in names if isinstance(v := env.get(n), types.ModuleType)}
     for a in sorted(attrs):
         if a in r.methods:
@@ -963,28 +954,10 @@ def _bytecode_refs(
         if id(value) in r.objects:
             note(_describe(r.objects[id(value)], n))
         elif not trusted and _is_reference(value):
-            note(_describe(_object_path(value) or n, n))
+            note(_describe(object_path(value) or n, n))
         elif any(value is getattr(builtins, b) for b in DYNAMIC_BUILTINS):
             note(_dynamic_note(f"{n}()"))
         elif isinstance(value, types.ModuleType):
             note(_check_path(value.__name__, n, r, trusted))
         reached.append(value)
     return reached
-
-
-def _defined_here(obj: Any) -> bool:
-    """True for code written by the student (a notebook cell, a script, a test module), not
-    for installed libraries (whose calls the runtime layer watches)."""
-    module = getattr(obj, "__module__", None)
-    if not isinstance(module, str):
-        return False
-    root = module.split(".")[0]
-    if root in ("torch", "numpy", "builtins", "functools", "typing", "math", "matplotlib", "collections", "abc"):
-        return False
-    return True
-
-
-def functools_partial() -> type:
-    import functools
-
-    return functools.partial

@@ -15,20 +15,26 @@ process (see :mod:`course_lib.autograder.sandbox.runner`).
 from __future__ import annotations
 
 import ast
+import re
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from .core import Composition, Report
-from .forbidden import StaticEnvironment, _code_loads, _defined_here
+from .forbidden import StaticEnvironment
+from .history import executed_cells
+from .livecode import code_loads, defined_here
 
-__all__ = ["live_callees", "static_callees", "standing_in", "composed"]
+__all__ = ["live_callees", "static_callees", "written", "standing_in", "composed"]
 
 
 def live_callees(fn: Callable[..., Any], candidates: Sequence[str]) -> list[str]:
     """The graded functions (names in ``candidates``) that ``fn`` calls through its globals,
-    directly or through helpers the notebook defines (not through another graded function)."""
+    directly or through helpers the notebook defines (not through another graded function),
+    including one that does not exist because its cell failed: it is stood in for like a wrong
+    one, but only where the notebook's cells (IPython's history, :func:`~.history.executed_cells`)
+    hold its ``def``. A function never written gets no stand-in."""
     env = getattr(fn, "__globals__", None)
     if not isinstance(env, dict):
         return []
@@ -41,20 +47,27 @@ def live_callees(fn: Callable[..., Any], candidates: Sequence[str]) -> list[str]
         if id(obj) in seen or not isinstance(code, types.CodeType):
             continue
         seen.add(id(obj))
-        names, _ = _code_loads(code)
+        names, _ = code_loads(code)
         for n in sorted(names):
             value = env.get(n)
-            if n in candidates and value is not fn and callable(value):
+            if n in candidates and n not in env:  # its cell failed: the reference stands in for it too,
+                if n not in found and written(n, executed_cells(env) or []):  # if the student wrote it
+                    found.append(n)
+            elif n in candidates and value is not fn and callable(value):
                 if n not in found:
                     found.append(n)
-            elif isinstance(value, types.FunctionType) and _defined_here(value):
+            elif isinstance(value, types.FunctionType) and defined_here(value):
                 todo.append(value)
     return [c for c in candidates if c in found]
 
 
-def static_callees(env: StaticEnvironment, name: str, candidates: Sequence[str]) -> list[str]:
+def static_callees(
+    env: StaticEnvironment, name: str, candidates: Sequence[str], unreadable: Sequence[str] = ()
+) -> list[str]:
     """The same, read from a notebook's cells without running them: the graded names that the
-    definitions reachable from ``name`` refer to."""
+    definitions reachable from ``name`` refer to and that the notebook defines, bound in a
+    readable cell or written with ``def`` in a cell that cannot be read (``unreadable``: an
+    honest syntax error, the cell not run). A function never written gets no stand-in."""
     found: set[str] = set()
     seen: set[str] = {name}
     todo: list[ast.AST] = list(env.values(name))
@@ -65,11 +78,18 @@ def static_callees(env: StaticEnvironment, name: str, candidates: Sequence[str])
             if head in seen:
                 continue
             seen.add(head)
-            if head in candidates and env.values(head):
-                found.add(head)
+            if head in candidates:  # the reference stands in for it, if the student wrote it
+                if head in env.bindings or written(head, unreadable):  # an import is not writing it
+                    found.add(head)
             else:
                 todo.extend(env.values(head))
     return [c for c in candidates if c in found]
+
+
+def written(name: str, sources: Iterable[str]) -> bool:
+    """Whether a line of ``sources`` defines ``name`` with ``def`` (``async def`` too)."""
+    pattern = re.compile(rf"^[^\S\n]*(?:async[^\S\n]+)?def[^\S\n]+{re.escape(name)}[^\S\n]*\(", re.MULTILINE)
+    return any(pattern.search(s) for s in sources)
 
 
 @contextmanager

@@ -790,6 +790,22 @@ def test_a_callees_mistake_costs_points_only_in_the_callee_and_the_record_shows_
     assert sa["composition"]["score"] < sa["max_score"] and sa["composition"]["failed"]
 
 
+NEVER_WRITTEN_CALLEE = """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    w = softmax(scores, dim=-1)  # softmax is never written in this notebook
+    return w @ v, w
+"""
+
+
+def test_a_callee_never_written_gets_no_stand_in_and_its_caller_earns_nothing(runner):
+    rec = grade_submission(notebook(SETUP + NEVER_WRITTEN_CALLEE + "\n# def softmax(x, dim=-1):\n"), A, runner)
+    fn = {f["function"]: f for f in rec["functions"]}
+    sdpa = fn["scaled_dot_product_attention"]
+    assert sdpa["score"] == 0 and sdpa["composition"] is None, sdpa
+    assert fn["softmax"]["score"] == 0
+
+
 def test_with_right_callees_no_second_run_is_made(runner):
     rec = grade_submission(notebook(SETUP + HONEST), A, runner)
     assert rec["score"] == rec["max_score"]

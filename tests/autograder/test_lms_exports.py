@@ -237,3 +237,48 @@ def test_a_rerun_with_another_deadline_changes_the_penalty_without_regrading(tmp
     assert state()["ann"][:2] == (30, 30) and len(calls()) == 2
     with Gradebook(db) as gb:
         assert gb.record("ann", A)["late"] is None and gb.deadlines() == {}
+
+
+def test_student_ids_match_after_nfc_and_trimming_so_every_late_student_is_penalised(tmp_path, monkeypatch, capsys):
+    # macOS writes "zoë" decomposed (NFD); a zip tool kept "bob "'s trailing space; the LMS writes NFC
+    folders = {"zoe\u0308": "zoë", "bob ": "bob", "ann": "ann"}
+    for folder in folders:
+        (tmp_path / "subs" / folder).mkdir(parents=True)
+        (tmp_path / "subs" / folder / f"{A}.ipynb").write_bytes(b"{}" + folder.encode())
+    stamps = tmp_path / "t.csv"
+    stamps.write_text(
+        "student,assignment,submitted_at\n"
+        + "".join(f"{s},{A},2026-11-26T12:00:00Z\n" for s in ("zo\u00eb", "bob", " ann", "carol"))
+        + f"\u00e0nn,{A},2026-11-26T12:00:00Z\n",
+        encoding="utf-8",
+    )
+
+    def stand_in(data, assignment, runner, seed=None):
+        return {**refused_record(assignment, "x", sha256(data)), "status": "graded", "score": 30.0}
+
+    monkeypatch.setattr(batch, "grade_submission", stand_in)
+    db = tmp_path / "g.sqlite"
+    argv = ["grade", str(tmp_path / "subs"), "--db", str(db), "--sandbox", "off", "--quiet"]
+    assert main([*argv, "--deadline", DEADLINE, "--late-penalty", "10%/day", "--timestamps", str(stamps)]) == 0
+    out = capsys.readouterr()
+    with Gradebook(db) as gb:
+        scores = {s: score for s, score in gb.conn.execute("SELECT student, score FROM results")}
+    assert scores == {"zo\u00eb": 21, "bob": 21, "ann": 21}  # every one of them 3 started days late
+    said = out.out + out.err
+    assert "'carol' (02_self_attention) matches no submission" in said
+    assert "'ànn' (02_self_attention) matches no submission" in said
+    assert "U+00E0 U+006E U+006E vs the folder's U+0061 U+006E U+006E" in said  # a near miss: its code points
+    assert "'zoë'" not in said and "'bob'" not in said
+
+
+def test_a_roster_login_matches_a_folder_written_in_another_unicode_form(tmp_path):
+    db = tmp_path / "g.sqlite"
+    with Gradebook(db) as gb:
+        gb.save("zo\u00eb", graded(A, 30), "c", 0.1)  # the folder's id, in NFC
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student\n zoe\u0308 \n", encoding="utf-8")  # NFD, with spaces
+    from course_lib.autograder.exports import export_wide
+
+    n, extra = export_wide(db, tmp_path / "w.csv", roster)
+    assert (n, extra) == (1, [])
+    assert rows(tmp_path / "w.csv")[1] == ["zo\u00eb", "30"]

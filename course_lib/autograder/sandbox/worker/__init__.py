@@ -12,6 +12,7 @@ inside bubblewrap, with this folder bound read-only into the jail; it must never
 * :mod:`.jail`: the per-job jail (used by every job and by the probe).
 * :mod:`.zygote`: the warm zygote, which forks and supervises each job's student process.
 * :mod:`.student`: the jailed student process (cells, then calls).
+* :mod:`.shell`: the `get_ipython()` that cells transformed by IPython call (it does nothing).
 * :mod:`.rootfs`: namespaces mode's root file system.
 
 Modes (``--isolation``): ``bubblewrap`` (already inside bwrap; per-job namespaces),

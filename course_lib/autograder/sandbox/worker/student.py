@@ -52,6 +52,7 @@ from .protocol import (
     tensor_node,
     write_all,
 )
+from .shell import get_ipython
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -536,6 +537,7 @@ class StudentHarness:
         main = types.ModuleType("__main__")
         main.__dict__["__builtins__"] = builtins
         main.__dict__["display"] = _display
+        main.__dict__["get_ipython"] = get_ipython  # what IPython's transformed cells call
         sys.modules["__main__"] = main
         ns = main.__dict__
         random.seed(0)
@@ -614,11 +616,16 @@ class StudentHarness:
             if fn is None:
                 reply, out = {"status": "error", "msg": "not run: no such function"}, []
             elif isinstance(standins, list) and standins:
-                saved = {n: ns[n] for n in standins if isinstance(n, str) and n in ns}
-                ns.update({n: self._standin(n) for n in saved})
+                # a callee whose cell failed (so it does not exist) is stood in for too
+                names = [n for n in standins if isinstance(n, str) and n.isidentifier()]
+                saved = {n: ns[n] for n in names if n in ns}
+                ns.update({n: self._standin(n) for n in names})
                 try:
                     reply, out = self._call(fn, header, blobs, self.watches.get(name))
                 finally:
+                    for n in names:
+                        if n not in saved:
+                            ns.pop(n, None)
                     ns.update(saved)
             else:
                 reply, out = self._call(fn, header, blobs, self.watches.get(name))
