@@ -5,8 +5,8 @@ another build (e.g. `BOOK_HTML=/tmp/x/_build/html`). Every page of the table of 
 served from localhost and opened in the theme's light mode and in its dark mode (checked on
 `<html data-theme>`); the test asserts no console errors, no request leaving localhost,
 every equation typeset by MathJax (no raw `$$` or `\\(` left, a MathJax container for every
-math node), every image (SVG included) loaded, with a non-empty file behind it, and the
-sidebar reaching every chapter. The introduction and every chapter must show at least one
+math node, each with the MathML that screen readers read), every image (SVG included)
+loaded, with a non-empty file behind it, and the sidebar reaching every chapter. The introduction and every chapter must show at least one
 schematic diagram (`img.schematic`, drawn by `book/schematics.py`) with alt text. Full-page
 screenshots, light and dark, go to `artifacts/screenshots/`.
 
@@ -168,6 +168,9 @@ def test_page_renders_offline_without_errors(server, browser, page_name, mode):
     math_nodes = page.locator("div.math, span.math").count()
     typeset = page.locator("mjx-container").count()
     assert typeset >= math_nodes, f"{page_name}: {math_nodes} equations but {typeset} typeset"
+    # Screen readers read MathJax's hidden MathML copy of each equation, not the glyphs.
+    readable = page.locator("mjx-container mjx-assistive-mml math").count()
+    assert readable == typeset, f"{page_name}: {typeset - readable} equations without MathML for screen readers"
 
     images = page.evaluate(IMAGES_JS)
     broken = [i["src"] for i in images if not (i["complete"] and i["width"] > 0 and i["height"] > 0)]
