@@ -40,7 +40,8 @@ from .livecode import code_loads, defined_here, object_path, source_tree
 from .liveness import LiveBindings
 from .opwatch import resolve
 from .ownership import Owned, Proof, live_owned, own_bound_method, owned, static_proof
-from .parsing import SHARED_CHARS, parse_shared, walk
+from .parsing import SHARED_CHARS, SHARED_TOTAL_CHARS, parse_shared, walk
+from .sourcecache import SourceCache
 
 __all__ = [
     "ParsedCell",
@@ -291,14 +292,20 @@ def _parse_cell(src: str) -> tuple[ast.Module | None, str]:
         return None, f"the code cannot be read ({type(e).__name__})"
 
 
-@functools.lru_cache(maxsize=1024)
-def _cell_reading(src: str) -> tuple[dict[str, str], list[Ref], set[int]]:
-    """The local imports, the refs and the harmless ``sys.modules`` reads
-    (:func:`~.harmless.membership_reads`) of a readable cell of at most
-    :data:`~course_lib.grading.parsing.SHARED_CHARS` characters, read once per grading process
-    from its shared tree: only read, never changed."""
+def _read_cell(src: str) -> tuple[dict[str, str], list[Ref], set[int]]:
     tree = parse_shared(src)
     return _local_imports(tree), list(_refs(tree)), membership_reads(tree)
+
+
+#: The local imports, the refs and the harmless ``sys.modules`` reads
+#: (:func:`~.harmless.membership_reads`) of a readable cell of at most
+#: :data:`~course_lib.grading.parsing.SHARED_CHARS` characters, read once from its shared tree
+#: while it is among the most recently used :data:`~.parsing.SHARED_TOTAL_CHARS` characters
+#: (the refs keep the tree alive: as much memory again as the parse cache, at most): only
+#: read, never changed.
+_cell_reading: SourceCache[tuple[dict[str, str], list[Ref], set[int]]] = SourceCache(
+    _read_cell, SHARED_TOTAL_CHARS, SHARED_CHARS
+)
 
 
 # ---------------------------------------------------------------------------------------
