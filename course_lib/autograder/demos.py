@@ -18,12 +18,12 @@ every block run.
 from __future__ import annotations
 
 import ast
-import functools
 import symtable
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..grading.parsing import parse, walk
+from ..grading.parsing import SHARED_CHARS, parse, walk
+from ..grading.sourcecache import SourceCache
 
 __all__ = ["skip_demos"]
 
@@ -118,10 +118,9 @@ class _Statement:
     lines: tuple[int, int]  # first and last line, 1-based
 
 
-@functools.lru_cache(maxsize=4096)
-def _cell(src: str) -> tuple[bool, tuple[_Statement, ...]] | None:
+def _read_cell(src: str) -> tuple[bool, tuple[_Statement, ...]] | None:
     """(whether the cell binds ``when_implemented`` other than by importing it, its statements),
-    or None for a cell that does not parse. Cached: a class's notebooks share most cells."""
+    or None for a cell that does not parse."""
     try:
         tree = parse(src)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -136,6 +135,11 @@ def _cell(src: str) -> tuple[bool, tuple[_Statement, ...]] | None:
         for node in tree.body
     )
     return not _marker_imported_only([tree]), statements
+
+
+#: :func:`_read_cell` of the most recently used cells (a class's notebooks share most cells), up
+#: to 4,000,000 characters of source: the sources themselves and a few small sets a statement.
+_cell: SourceCache[tuple[bool, tuple[_Statement, ...]] | None] = SourceCache(_read_cell, 4_000_000, SHARED_CHARS)
 
 
 def skip_demos(cells: Sequence[str], graded: Iterable[str]) -> list[str]:

@@ -10,13 +10,13 @@ and exactly what a Jupyter kernel runs.
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import re
 from collections.abc import Iterable
 from typing import cast
 
 from ..grading.parsing import SHARED_CHARS, parse_shared
+from ..grading.sourcecache import SourceCache
 
 __all__ = [
     "NotebookError",
@@ -70,7 +70,7 @@ def _transform(src: str) -> str:
     """IPython's transform of one cell; a cell of up to
     :data:`~course_lib.grading.parsing.SHARED_CHARS` characters once per process (a class's
     notebooks share most cells)."""
-    return _transform_shared(src) if len(src) <= SHARED_CHARS else _transform_once(src)
+    return _transform_shared(src)
 
 
 def _transform_once(src: str) -> str:
@@ -83,7 +83,9 @@ def _transform_once(src: str) -> str:
         return src
 
 
-_transform_shared = functools.lru_cache(maxsize=2048)(_transform_once)
+#: IPython's transforms of the most recently used cells, up to 4,000,000 characters of source
+#: (with each transform, a few characters more: at most about 8 MB of ASCII text, 32 MB of any).
+_transform_shared: SourceCache[str] = SourceCache(_transform_once, 4_000_000, SHARED_CHARS)
 
 
 def _cell_magic(out: str) -> tuple[str, str] | None:

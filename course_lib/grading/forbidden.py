@@ -33,12 +33,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from .aliases import Aliases, dotted, overflow_flags
+from .aliases import resolve as resolve_aliases
 from .harmless import harmless, membership_reads
 from .livecode import code_loads, defined_here, object_path, source_tree
 from .liveness import LiveBindings
 from .opwatch import resolve
 from .ownership import Owned, Proof, live_owned, own_bound_method, owned, static_proof
-from .parsing import SHARED_CHARS, parse_shared, walk
+from .parsing import SHARED_CHARS, SHARED_TOTAL_CHARS, parse_shared, walk
+from .sourcecache import SourceCache
 
 __all__ = [
     "ParsedCell",
@@ -289,14 +292,20 @@ def _parse_cell(src: str) -> tuple[ast.Module | None, str]:
         return None, f"the code cannot be read ({type(e).__name__})"
 
 
-@functools.lru_cache(maxsize=1024)
-def _cell_reading(src: str) -> tuple[dict[str, str], list[Ref], set[int]]:
-    """The local imports, the refs and the harmless ``sys.modules`` reads
-    (:func:`~.harmless.membership_reads`) of a readable cell of at most
-    :data:`~course_lib.grading.parsing.SHARED_CHARS` characters, read once per grading process
-    from its shared tree: only read, never changed."""
+def _read_cell(src: str) -> tuple[dict[str, str], list[Ref], set[int]]:
     tree = parse_shared(src)
     return _local_imports(tree), list(_refs(tree)), membership_reads(tree)
+
+
+#: The local imports, the refs and the harmless ``sys.modules`` reads
+#: (:func:`~.harmless.membership_reads`) of a readable cell of at most
+#: :data:`~course_lib.grading.parsing.SHARED_CHARS` characters, read once from its shared tree
+#: while it is among the most recently used :data:`~.parsing.SHARED_TOTAL_CHARS` characters
+#: (the refs keep the tree alive: as much memory again as the parse cache, at most): only
+#: read, never changed.
+_cell_reading: SourceCache[tuple[dict[str, str], list[Ref], set[int]]] = SourceCache(
+    _read_cell, SHARED_TOTAL_CHARS, SHARED_CHARS
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -307,18 +316,7 @@ Chain = list[str]
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
-def _chain(node: ast.AST) -> Chain | None:
-    """``a.b.c`` as ["a", "b", "c"]; an attribute of an expression as ["<expr>", ...]."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return parts[::-1]
-    if parts:
-        return ["<expr>"] + parts[::-1]
-    return None
+_chain = dotted
 
 
 @dataclass
@@ -435,6 +433,7 @@ class StaticEnvironment:
         self.attr_bindings: dict[str, list[ast.AST]] = {}  # "torch.exp" = ... (monkeypatching)
         self.dynamic_bindings: list[ast.AST] = []  # values stored through globals()[...] or setattr()
         self._read: dict[tuple[str, int], tuple[ast.AST, Any]] = {}  # (what, id) -> (node, what it has)
+        self._attr_stores: list[tuple[Chain, ast.AST]] = []  # torch.exp = ...: keyed once all is bound
         self.trees = list(trees)
         for tree in self.trees:
             for stmt in tree.body:
@@ -449,6 +448,10 @@ class StaticEnvironment:
                     if declared:
                         for sub in inside:
                             self._store(sub, only=declared)
+        self.aliases: Aliases = resolve_aliases(self.bindings, self.imports, self.star)
+        for chain, value in self._attr_stores:
+            for path in self.paths(chain) or {".".join(chain)}:
+                self.attr_bindings.setdefault(path, []).append(value)
 
     def _cached(self, what: str, node: ast.AST, read: Callable[[ast.AST], Any]) -> Any:
         """``read(node)``, once per notebook (each graded name's scan and the review flags read
@@ -521,8 +524,7 @@ class StaticEnvironment:
                 elif isinstance(t, ast.Attribute) and only is None:
                     chain = _chain(t)
                     if chain and chain[0] != "<expr>":
-                        for path in self.paths(chain) or {".".join(chain)}:
-                            self.attr_bindings.setdefault(path, []).append(value)
+                        self._attr_stores.append((chain, value))
                         if chain[0] not in self.imports:
                             self._bind(chain[0], value)  # obj.fn = ...: reading obj may reach it
                 elif isinstance(t, ast.Subscript) and only is None:
@@ -532,22 +534,12 @@ class StaticEnvironment:
                     elif base and base[0] != "<expr>":
                         self._bind(base[0], value)  # table["key"] = ...: reading table may reach it
 
-    def paths(self, chain: Chain, depth: int = 0) -> set[str]:
-        """The dotted paths a chain may stand for (``F.softmax`` -> ``torch.nn.functional.softmax``)."""
-        head, rest = chain[0], chain[1:]
-        out: set[str] = set()
-        if depth > 8 or head == "<expr>":
-            return out
-        for p in self.imports.get(head, ()):
-            out.add(".".join([p, *rest]))
-        for value in self.bindings.get(head, ()):
-            sub = _chain(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
-            if sub and sub != chain[:1]:
-                out |= self.paths(sub + rest, depth + 1)
-        if not out and head not in self.bindings:
-            for module in self.star:
-                out.add(".".join([module, *chain]))
-        return out
+    def paths(self, chain: Chain) -> set[str]:
+        """The dotted paths a chain may stand for (``F.softmax`` -> ``torch.nn.functional.softmax``),
+        through every binding of its first name, however long the chain of aliases
+        (:mod:`.aliases`: each binding is expanded once per notebook)."""
+        rest = chain[1:]
+        return {".".join([p, *rest]) for p in self.aliases.of(chain[0])}
 
     def values(self, name: str) -> list[ast.AST]:
         return self.bindings.get(name, [])
@@ -720,6 +712,8 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
                     note(_builtin_note(head, ref, own))
                     continue
                 paths = env.paths(ref.chain)
+                if head in env.aliases.overflow:
+                    note(f"could not be checked: {head} may stand for too many dotted paths")
                 for path in paths:
                     note(None if harmless(path, ref.node, reads) else _check_path(path, ref.written, r))
                     for value in env.attr_bindings.get(path, ()):  # torch.exp = torch.softmax
@@ -763,7 +757,8 @@ def review_flags(cells: Sequence[ParsedCell], env: StaticEnvironment) -> list[st
                 flag = f"cell {cell.index}, line {line}: uses {reason}"
                 if flag not in flags:
                     flags.append(flag)
-    return flags[:20]
+    too_many = [(c.index, c.tree) for c in cells if c.tree is not None]
+    return (overflow_flags(env.aliases, env.bindings, too_many) + flags)[:20]
 
 
 class NotebookScan:

@@ -12,8 +12,9 @@ parses with ``ast.literal_eval``, takes it too).
 from __future__ import annotations
 
 import ast
-import functools
 import threading
+
+from .sourcecache import SourceCache
 
 #: Held while the grader builds an AST (``ast.parse``, ``ast.literal_eval``).
 LOCK = threading.Lock()
@@ -37,18 +38,20 @@ def parse(source: str, filename: str = "<unknown>") -> ast.Module:
 #: Sources up to this size are parsed once per process by :func:`parse_shared` (a class's
 #: notebooks share most cells).
 SHARED_CHARS = 20_000
+#: The most source characters whose trees :func:`parse_shared` keeps, least recently used
+#: dropped first: an AST costs about 30 bytes a character of ordinary code and up to 130 for
+#: dense expressions, so at most about 30 to 130 MB of trees.
+SHARED_TOTAL_CHARS = 1_000_000
 
-
-@functools.lru_cache(maxsize=1024)
-def _parse_cached(source: str) -> ast.Module:
-    return parse(source)
+_parse_cached: SourceCache[ast.Module] = SourceCache(parse, SHARED_TOTAL_CHARS, SHARED_CHARS)
 
 
 def parse_shared(source: str) -> ast.Module:
     """:func:`parse` of ``source``, the same tree for the same source (up to
-    :data:`SHARED_CHARS` characters) within a process: the tree is shared, so callers only read
-    it, never change it. Raises what :func:`parse` raises (a failure is not kept)."""
-    return _parse_cached(source) if len(source) <= SHARED_CHARS else parse(source)
+    :data:`SHARED_CHARS` characters, while it is among the :data:`SHARED_TOTAL_CHARS` most
+    recently used) within a process: the tree is shared, so callers only read it, never change
+    it. Raises what :func:`parse` raises (a failure is not kept)."""
+    return _parse_cached(source)
 
 
 def walk(node: ast.AST) -> list[ast.AST]:
