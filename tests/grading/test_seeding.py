@@ -147,9 +147,8 @@ def lookup_table(ex: Exercise):
     return looked_up
 
 
-@pytest.mark.parametrize("name", INTEGER_ONLY + ["padding_mask"])
-def test_a_table_of_the_self_checks_outputs_earns_full_marks_without_a_seed_and_nothing_with_one(name):
-    ex = exercise(name)
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_a_table_of_the_self_checks_outputs_earns_full_marks_without_a_seed_and_nothing_with_one(ex):
     cheat = lookup_table(ex)
     assert judge(ex, run_calls(cheat, ex)).score == ex.max_score  # the attack is real
     for seed in SEEDS:
