@@ -270,7 +270,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         A JSON-serialisable record: ``assignment``, ``sha256``, ``status`` (one of
         :data:`STATUSES`), ``score``, ``max_score``, ``messages`` (notebook-level feedback),
         ``functions`` (one report per graded function), ``isolation``, ``seed``,
-        ``fixed_cases`` (cases that kept the self-check's inputs under ``seed``), ``flags``
+        ``fixed_cases`` (cases whose inputs under ``seed`` equal the self-check's), ``flags``
         (forbidden calls, tampering, use of the reference: for the instructor's export),
         ``sources`` (graded function -> the source of its last top-level ``def``, read
         statically) and ``answers`` (the "think about it" answers: ``[{"id", "answer"}]``), both
@@ -287,7 +287,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         return refused_record(assignment, str(e), digest, isolation, seed)
     scan = NotebookScan(cells)
     written = {"sources": function_sources(cells, [ex.name for ex in exercises]), "answers": think_answers(data)}
-    fallbacks = sum(ex.fallbacks(seed) for ex in exercises) if seed is not None else 0
+    fallbacks = sum(ex.unchanged(seed) for ex in exercises) if seed is not None else 0
     review = scan.review_flags()
     if review:
         msg = (

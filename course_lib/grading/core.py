@@ -140,6 +140,7 @@ class Exercise:
     _cases: dict[int | None, list[Case]] = field(default_factory=dict, repr=False)
     _expected: dict[int | None, list[list[Any]]] = field(default_factory=dict, repr=False)
     _fallbacks: dict[int, int] = field(default_factory=dict, repr=False)
+    _unchanged: dict[int, int] = field(default_factory=dict, repr=False)
     _failing: dict[int, list[Mistake]] = field(default_factory=dict, repr=False)  # per self-check case
     _gated: set[int] | None = field(default=None, repr=False)
     _mistake_runs: dict[int | None, list[_MistakeRun]] = field(default_factory=dict, repr=False)
@@ -155,12 +156,19 @@ class Exercise:
 
                 fresh = fresh_cases(self, int(seed))
                 self._cases[seed], self._fallbacks[seed] = fresh.cases, fresh.fallbacks
+                self._unchanged[seed] = fresh.unchanged
         return self._cases[seed]
 
     def fallbacks(self, seed: int) -> int:
-        """How many cases kept the self-check's inputs under ``seed`` (0 when all are fresh)."""
+        """How many cases fell back to the self-check's under ``seed`` (no fresh one would do)."""
         self.cases(seed)
         return self._fallbacks.get(seed, 0)
+
+    def unchanged(self, seed: int) -> int:
+        """How many cases have the self-check's very inputs under ``seed`` (0 when all are fresh):
+        the fallbacks and any case drawn equal to the public one."""
+        self.cases(seed)
+        return self._unchanged.get(seed, 0)
 
     def expected(self, seed: int | None = None) -> list[list[Any]]:
         """The reference's output for every call of every case (computed once per seed)."""

@@ -11,12 +11,20 @@ public. When grading with ``course-lib grade --seed S`` every input is drawn fro
   infinities, orderings, masks and every linear relation between the inputs survive), except
   tensors of only 0, 1 and -1 (identities, all-ones gains) and the arguments an exercise names
   as structure (``Exercise.structure_args``: positions, such as a window's centre), which keep
-  their meaning.
+  their meaning;
+- **integer and structure inputs** (sequence lengths, widths, offsets, mask sizes, pad ids) are
+  drawn by the exercise itself with :func:`course_lib.grading.exercises._common.fresh_int`:
+  the self-check's value without a seed, else another value from the range that keeps what
+  the case tests (a single position stays one position, a width stays even).
 
 A fresh case is kept only if the reference still passes it and every classic mistake that
 fails the self-check's version of the case still fails it (so the feedback can still name
 it); otherwise the next factor is tried, then the plain redraw, and as a last resort the
-self-check's own case (counted in :attr:`FreshCases.fallbacks`).
+self-check's own case (counted in :attr:`FreshCases.fallbacks`). The record's count of
+unchanged cases (:attr:`FreshCases.unchanged`) compares the inputs themselves, so a case
+drawn equal to the public one counts too, and so does a case whose every call the self-check
+makes somewhere (its outputs could be looked up call by call); such a case is first drawn again
+from derived seeds.
 """
 
 from __future__ import annotations
@@ -31,10 +39,11 @@ import torch
 if TYPE_CHECKING:
     from .core import Call, Case, Exercise
 
-__all__ = ["current_seed", "mixed_seed", "fresh_cases", "FreshCases", "input_independent"]
+__all__ = ["current_seed", "mixed_seed", "fresh_cases", "FreshCases", "input_independent", "same_inputs"]
 
 _SEED: contextvars.ContextVar[int | None] = contextvars.ContextVar("course_lib_case_seed", default=None)
 _FACTORS = 3
+_REDRAWS = 3
 
 
 def current_seed() -> int | None:
@@ -50,10 +59,19 @@ def mixed_seed(*parts: Any) -> int:
 
 @dataclass
 class FreshCases:
-    """The cases of one exercise for one seed, and how many fell back to the self-check's."""
+    """The cases of one exercise for one seed.
+
+    Attributes:
+        cases: the fresh cases, in the self-check's order.
+        fallbacks: how many fell back to the self-check's case (no fresh one kept the mistakes).
+        unchanged: how many have the self-check's inputs: the fallbacks, and any case whose
+            every call is a self-check call (:func:`public`), however it was drawn. What the
+            record reports.
+    """
 
     cases: list[Case]
     fallbacks: int
+    unchanged: int = 0
 
 
 def _is_structure(t: torch.Tensor) -> bool:
@@ -131,35 +149,77 @@ def _reference_outputs(exercise: Exercise, case: Case) -> list[Any] | None:
     return outs
 
 
+def _failing_mistakes(exercise: Exercise, i: int, base: Case) -> list[Any]:
+    """The named mistakes that the self-check's case ``i`` catches (computed once)."""
+    if i not in exercise._failing:  # the mistakes this case catches (the same for every seed)
+        base_expected = exercise.expected()[i]
+        exercise._failing[i] = [m for m in exercise.mistakes if _fails(exercise, base, m.implementation, base_expected)]
+    return exercise._failing[i]
+
+
+def _keeps_the_mistakes(exercise: Exercise, cand: Case, failing: list[Any]) -> bool:
+    """The reference passes ``cand`` and every mistake in ``failing`` still fails it."""
+    ref = _reference_outputs(exercise, cand)
+    if ref is None or _fails(exercise, cand, exercise.reference, ref):
+        return False
+    return all(_fails(exercise, cand, m.implementation, ref) for m in failing)
+
+
+def public(case: Case, plain: list[Case]) -> bool:
+    """Whether every call of ``case`` is a call of the self-check (in any of its cases): its
+    outputs could be looked up in a table of the self-check's, call by call.
+
+    Args:
+        case: a case, e.g. a fresh one.
+        plain: the self-check's cases.
+
+    Returns:
+        True when each of the case's calls has the same arguments as some self-check call.
+    """
+    calls = calls_of(plain)
+    return all(any(_same_call(c, p) for p in calls) for c in case.calls)
+
+
 def fresh_cases(exercise: Exercise, seed: int) -> FreshCases:
-    """The exercise's cases with every input drawn from ``seed`` (see the module docstring)."""
+    """The exercise's cases with every input drawn from ``seed`` (see the module docstring).
+
+    A drawn case whose calls are all the self-check's (:func:`public`: integer inputs drawn
+    from a small range can repeat a public size) is drawn again from a derived seed, up to
+    ``_REDRAWS`` times, before a rescaled or plain candidate is accepted.
+    """
     plain = exercise.cases()
-    drawn = _build(exercise, seed)
-    if len(drawn) != len(plain):
-        raise RuntimeError(f"{exercise.name}: the cases depend on the seed in number ({len(drawn)} vs {len(plain)})")
+    builds = [_build(exercise, seed)]
+    if len(builds[0]) != len(plain):
+        raise RuntimeError(
+            f"{exercise.name}: the cases depend on the seed in number ({len(builds[0])} vs {len(plain)})"
+        )
     out: list[Case] = []
     fallbacks = 0
-    for i, (base, new) in enumerate(zip(plain, drawn, strict=False)):
-        if i not in exercise._failing:  # the mistakes this case catches (the same for every seed)
-            base_expected = exercise.expected()[i]
-            exercise._failing[i] = [
-                m for m in exercise.mistakes if _fails(exercise, base, m.implementation, base_expected)
-            ]
-        failing = exercise._failing[i]
-        keep = exercise.structure_args
-        candidates = [_scaled(new, _factor(seed, exercise.name, i, k), keep) for k in range(_FACTORS)] + [new]
+    for i, base in enumerate(plain):
+        failing = _failing_mistakes(exercise, i, base)
         chosen = None
-        for cand in candidates:
-            ref = _reference_outputs(exercise, cand)
-            if ref is None or _fails(exercise, cand, exercise.reference, ref):
-                continue
-            if all(_fails(exercise, cand, m.implementation, ref) for m in failing):
-                chosen = cand
+        for attempt in range(_REDRAWS + 1):
+            if attempt == len(builds):
+                builds.append(_build(exercise, mixed_seed("redraw", seed, attempt)))
+            chosen = _choose(exercise, seed, i, builds[attempt][i], plain, failing)
+            if chosen is not None:
                 break
         if chosen is None:
             chosen, fallbacks = base, fallbacks + 1
         out.append(chosen)
-    return FreshCases(out, fallbacks)
+    unchanged = sum(same_inputs(a, b) or public(b, plain) for a, b in zip(plain, out, strict=True))
+    return FreshCases(out, fallbacks, unchanged)
+
+
+def _choose(exercise: Exercise, seed: int, i: int, new: Case, plain: list[Case], failing: list[Any]) -> Case | None:
+    """The first of ``new`` rescaled by each factor, then ``new`` itself, that is not public
+    and keeps the mistakes; None when none is."""
+    keep = exercise.structure_args
+    candidates = [_scaled(new, _factor(seed, exercise.name, i, k), keep) for k in range(_FACTORS)] + [new]
+    for cand in candidates:
+        if not public(cand, plain) and _keeps_the_mistakes(exercise, cand, failing):
+            return cand
+    return None
 
 
 def calls_of(cases: list[Case]) -> list[Call]:
@@ -175,9 +235,30 @@ def _same(a: Any, b: Any) -> bool:
                 torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
             )
         )
-    if isinstance(a, tuple) and isinstance(b, tuple):
+    if type(a) in (tuple, list) and type(a) is type(b):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=False))
-    return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
+    return type(a) is type(b) and bool(a == b)
+
+
+def same_inputs(a: Case, b: Case) -> bool:
+    """Whether two cases make the very same calls (same arguments, dtypes and shapes).
+
+    Args:
+        a: a case, e.g. the self-check's.
+        b: another, e.g. its fresh version under a seed.
+
+    Returns:
+        True when every call's positional and keyword arguments are equal.
+    """
+    return len(a.calls) == len(b.calls) and all(_same_call(x, y) for x, y in zip(a.calls, b.calls, strict=True))
+
+
+def _same_call(x: Call, y: Call) -> bool:
+    return _same(x.args, y.args) and _same(dict(x.kwargs), dict(y.kwargs))
 
 
 def input_independent(exercise: Exercise) -> set[int]:

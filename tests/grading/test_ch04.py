@@ -16,7 +16,7 @@ from conftest import assert_diagnosed
 
 import course_lib
 from course_lib import relative_position_matrix as reference_matrix
-from course_lib.grading import check
+from course_lib.grading import check, exercise, judge, run_calls
 
 PE = "sinusoidal_positional_encoding"
 RPM = "relative_position_matrix"
@@ -342,6 +342,20 @@ def test_other_correct_relative_matrices_score_full_marks(fn):
     report = check(fn, name=RPM)
     assert report.status == "passed", str(report)
     assert report.score == report.max_score
+
+
+@pytest.mark.parametrize("seed", [3, 11, 2024])
+@pytest.mark.parametrize(
+    "name, fn",
+    [(PE, f) for f in (pe_div_term, pe_loops, pe_numpy, pe_float64)]
+    + [(RPM, f) for f in (rpm_loops, rpm_block_diag, rpm_numpy)],
+)
+def test_other_correct_implementations_score_full_marks_on_fresh_sizes_too(name, fn, seed):
+    # under --seed every size and offset is drawn anew (tests/grading/test_seeding.py)
+    ex = exercise(name)
+    report = judge(ex, run_calls(fn, ex, seed=seed), seed=seed)
+    assert report.score == report.max_score, str(report)
+    assert not report.diagnoses
 
 
 @pytest.mark.parametrize("name, fn", [(PE, pe_stub), (RPM, rpm_stub)])

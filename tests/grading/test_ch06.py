@@ -19,7 +19,7 @@ from conftest import assert_diagnosed, assert_full_marks
 
 import course_lib
 from course_lib.assignments import ASSIGNMENTS
-from course_lib.grading import check, exercises_of
+from course_lib.grading import check, exercise, exercises_of, judge, run_calls
 
 SLUG = "06_transformer"
 NAMES = ASSIGNMENTS[SLUG]
@@ -58,6 +58,13 @@ def padding_mask_loops(tokens, pad_id):
 @pytest.mark.parametrize("fn", [padding_mask_ne, padding_mask_numpy, padding_mask_loops])
 def test_padding_mask_alternative_correct_implementations_score_full_marks(fn):
     assert_full_marks(check(fn, name="padding_mask"))
+
+
+@pytest.mark.parametrize("seed", [3, 11, 2024])
+@pytest.mark.parametrize("fn", [padding_mask_ne, padding_mask_numpy, padding_mask_loops])
+def test_padding_mask_alternative_correct_implementations_score_full_marks_on_fresh_batches(fn, seed):
+    ex = exercise("padding_mask")
+    assert_full_marks(judge(ex, run_calls(fn, ex, seed=seed), seed=seed))
 
 
 def padding_mask_inverted(tokens, pad_id):
@@ -182,6 +189,13 @@ def causal_mask_not_triu(size, device=None):
 @pytest.mark.parametrize("fn", [causal_mask_arange, causal_mask_numpy, causal_mask_loops, causal_mask_not_triu])
 def test_causal_mask_alternative_correct_implementations_score_full_marks(fn):
     assert_full_marks(check(fn, name="causal_mask"))
+
+
+@pytest.mark.parametrize("seed", [3, 11, 2024])
+@pytest.mark.parametrize("fn", [causal_mask_arange, causal_mask_numpy, causal_mask_loops, causal_mask_not_triu])
+def test_causal_mask_alternative_correct_implementations_score_full_marks_on_fresh_sizes(fn, seed):
+    ex = exercise("causal_mask")
+    assert_full_marks(judge(ex, run_calls(fn, ex, seed=seed), seed=seed))
 
 
 def causal_mask_off_by_one(size, device=None):

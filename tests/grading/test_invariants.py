@@ -66,3 +66,26 @@ def test_every_named_mistake_is_diagnosed_by_its_own_implementation(ex, mistake)
     report = judge(ex, run_calls(mistake.implementation, ex))
     assert report.score < report.max_score, f"{mistake.message}: full marks\n{report}"
     assert mistake.message in report.diagnoses, f"{mistake.message!r} not among {report.diagnoses}\n{report}"
+
+
+#: The assignments whose cases are all integers or masks: their fresh cases are drawn sizes.
+INTEGER_DRAWN = {"ch04", "ch06", "ch07"}
+SEEDED_MISTAKES = [
+    (ex, m, seed)
+    for a in TABLE
+    if a.module in INTEGER_DRAWN
+    for ex in exercises_of(a.slug)
+    for m in ex.mistakes
+    for seed in (11, 2024)
+]
+
+
+@pytest.mark.parametrize(
+    "ex, mistake, seed",
+    SEEDED_MISTAKES,
+    ids=[f"{ex.name}-{ex.mistakes.index(m)}-seed{seed}" for ex, m, seed in SEEDED_MISTAKES],
+)
+def test_every_named_mistake_is_still_named_on_fresh_inputs(ex, mistake, seed):
+    report = judge(ex, run_calls(mistake.implementation, ex, seed=seed), seed=seed)
+    assert report.score < report.max_score, f"{mistake.message}: full marks\n{report}"
+    assert mistake.message in report.diagnoses, f"{mistake.message!r} not among {report.diagnoses}\n{report}"

@@ -16,6 +16,7 @@ __all__ = [
     "randn",
     "rand_mask",
     "rng",
+    "fresh_int",
     "item",
     "structure_problem",
     "first_structure_problem",
@@ -49,6 +50,28 @@ def rng(seed: int) -> torch.Generator:
     ``--seed`` (:mod:`course_lib.grading.seeding`), so every input is drawn anew."""
     instructor = current_seed()
     return torch.Generator().manual_seed(seed if instructor is None else mixed_seed("rng", instructor, seed))
+
+
+def fresh_int(g: torch.Generator, default: int, choices: Sequence[int]) -> int:
+    """An integer input (a length, a width, an offset, a pad id) of a case.
+
+    The self-check gets ``default`` (and ``g`` is left untouched, so the self-check's other
+    inputs stay as they were). Under ``--seed`` (:mod:`course_lib.grading.seeding`) it is one
+    of ``choices`` other than ``default``, drawn with ``g``: a value of the same character
+    (the range that keeps what the case tests), never the public one.
+
+    Args:
+        g: the exercise's generator (:func:`rng`).
+        default: the self-check's value.
+        choices: the values a fresh case may take; ``default`` among them is skipped.
+
+    Returns:
+        ``default``, or a drawn value (``default`` only if ``choices`` holds nothing else).
+    """
+    if current_seed() is None:
+        return default
+    pool = [c for c in choices if c != default] or [default]
+    return pool[int(torch.randint(len(pool), (), generator=g))]
 
 
 def randn(g: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:

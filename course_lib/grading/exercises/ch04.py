@@ -14,6 +14,7 @@ import torch
 
 from ... import relative_position_matrix, sinusoidal_positional_encoding
 from ..core import Call, Case, Exercise, Mistake
+from ._common import fresh_int, rng
 
 __all__ = ["EXERCISES"]
 
@@ -140,27 +141,37 @@ def _pe_properties(calls: Sequence[Call], actual: Sequence[Any], expected: Seque
 
 
 def _pe_cases() -> list[Case]:
+    # Sizes are the self-check's, or drawn anew under --seed within what each case tests
+    # (widths stay even; a single position stays a single position; d_model = 2 stays 2).
+    g = rng(400)
+    P0, d0 = fresh_int(g, 3, range(2, 7)), fresh_int(g, 4, (4, 6))
+    w1, w2 = fresh_int(g, 2, (2, 4)), fresh_int(g, 8, range(6, 14, 2))
+    P2 = fresh_int(g, 10, range(6, 17))
+    P3, d3 = fresh_int(g, 50, range(40, 61)), fresh_int(g, 16, range(12, 22, 2))
+    P4, d4 = fresh_int(g, 40, range(30, 51)), fresh_int(g, 128, range(96, 162, 2))
+    P5, d5 = fresh_int(g, 300, range(250, 351)), fresh_int(g, 32, range(24, 42, 2))
+    P6, d6 = fresh_int(g, 64, range(48, 81)), fresh_int(g, 24, range(18, 34, 2))
     return [
-        Case("fixed small case", "a table of 3 positions and width 4", [Call((3, 4))], points=1),
+        Case("fixed small case", f"a table of {P0} positions and width {d0}", [Call((P0, d0))], points=1),
         Case(
             "position 0",
             "a single position: the row is sin 0, cos 0, sin 0, ... = 0, 1, 0, 1, ...",
-            [Call((1, 2)), Call((1, 8))],
+            [Call((1, w1)), Call((1, w2))],
             points=1,
         ),
-        Case("d_model = 2", "the narrowest table: one (sin, cos) pair at frequency 1", [Call((10, 2))], points=1),
+        Case("d_model = 2", "the narrowest table: one (sin, cos) pair at frequency 1", [Call((P2, 2))], points=1),
         Case(
             "standard table",
-            "50 positions, width 16: interleaving and every pair's frequency",
-            [Call((50, 16))],
+            f"{P3} positions, width {d3}: interleaving and every pair's frequency",
+            [Call((P3, d3))],
             points=2,
         ),
-        Case("wide table", "a width of 128 (the slow pairs at the right of the table)", [Call((40, 128))], points=2),
-        Case("long table", "300 positions, width 32 (large angles)", [Call((300, 32))], points=1, atol=1e-3),
+        Case("wide table", f"a width of {d4} (the slow pairs at the right of the table)", [Call((P4, d4))], points=2),
+        Case("long table", f"{P5} positions, width {d5} (large angles)", [Call((P5, d5))], points=1, atol=1e-3),
         Case(
             "bounded pairs",
             "every entry is in [-1, 1] and columns (2i, 2i+1) are the sine and cosine of one angle",
-            [Call((64, 24))],
+            [Call((P6, d6))],
             points=1,
             judge=_pe_properties,
         ),
@@ -239,25 +250,41 @@ def _moves_rows(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence
 
 
 def _rpm_cases() -> list[Case]:
+    # Offsets and widths are the self-check's, or drawn anew under --seed with the same sign
+    # and size (offset 0 stays 0; widths stay even; |offset| < 40 for the moving-table judge).
+    g = rng(410)
+    d0 = fresh_int(g, 6, range(4, 12, 2))
+    o1, o2, d2 = fresh_int(g, 1, (1, 2, 3)), fresh_int(g, 2, (1, 2, 3)), fresh_int(g, 4, (4, 6))
+    pos = [fresh_int(g, o, r) for o, r in ((5, range(3, 9)), (12, range(9, 16)), (1, (1, 2)))]
+    pos_d = [fresh_int(g, d, r) for d, r in ((16, range(12, 22, 2)), (32, range(28, 38, 2)), (10, (8, 10, 12)))]
+    neg = [fresh_int(g, o, r) for o, r in ((-3, range(-5, -1)), (4, range(2, 7)), (-7, range(-9, -5)))]
+    neg_d = [fresh_int(g, 8, (6, 8, 10)), fresh_int(g, 12, (10, 12, 14))]
+    moves = [fresh_int(g, 3, range(2, 7)), fresh_int(g, -5, range(-8, -2))]
+    moves_d = [fresh_int(g, 16, range(12, 22, 2)), fresh_int(g, 10, (8, 10, 12))]
     return [
-        Case("offset 0", "offset 0 gives the identity matrix", [Call((0, 6))], points=1),
-        Case("fixed small case", "offsets 1 and 2 at widths 2 and 4", [Call((1, 2)), Call((2, 4))], points=2),
+        Case("offset 0", "offset 0 gives the identity matrix", [Call((0, d0))], points=1),
+        Case(
+            "fixed small case",
+            f"offsets {o1} and {o2} at widths 2 and {d2}",
+            [Call((o1, 2)), Call((o2, d2))],
+            points=2,
+        ),
         Case(
             "positive offsets",
-            "positive offsets at widths 16 and 32 (every block's frequency)",
-            [Call((5, 16)), Call((12, 32)), Call((1, 10))],
+            f"positive offsets at widths {pos_d[0]} and {pos_d[1]} (every block's frequency)",
+            [Call((o, d)) for o, d in zip(pos, pos_d, strict=True)],
             points=2,
         ),
         Case(
             "negative offsets",
             "negative offsets move back (checked together with a positive one)",
-            [Call((-3, 8)), Call((4, 8)), Call((-7, 12))],
+            [Call((neg[0], neg_d[0])), Call((neg[1], neg_d[0])), Call((neg[2], neg_d[1]))],
             points=2,
         ),
         Case(
             "moves the table",
             "PE[p] @ M equals PE[p + offset] for every position p, offsets of both signs",
-            [Call((3, 16)), Call((-5, 10))],
+            [Call((o, d)) for o, d in zip(moves, moves_d, strict=True)],
             points=2,
             judge=_moves_rows,
         ),

@@ -10,7 +10,8 @@ import torch
 
 from ... import causal_mask, label_smoothing_loss, padding_mask, position_wise_feed_forward
 from ..core import Call, Case, Exercise, Mistake, compare
-from ._common import randn, rng
+from ..seeding import current_seed
+from ._common import fresh_int, randn, rng
 
 __all__ = ["EXERCISES"]
 
@@ -87,6 +88,10 @@ def _padded_batch(
 def _padding_mask_cases() -> list[Case]:
     g = rng(600)
     fixed = torch.tensor([[4, 7, 2, 0, 0], [9, 0, 0, 0, 0], [3, 5, 6, 8, 1]])
+    if current_seed() is not None:  # under --seed: another 3 x 5 batch padded with 0, one row unpadded
+        lengths = [int(n) for n in torch.randint(1, 5, (3,), generator=g)]
+        lengths[int(torch.randint(3, (), generator=g))] = 5
+        fixed = _padded_batch(g, lengths, 5, pad_id=0, vocab=10)
     return [
         Case("fixed small batch", "a batch of 3 sequences of length 5 padded with id 0", [Call((fixed, 0))], points=1),
         Case(
@@ -198,15 +203,27 @@ def _future_invariance(calls: Sequence[Call], actual: Sequence[Any], expected: S
 
 
 def _causal_mask_cases() -> list[Case]:
+    # Sizes are the self-check's, or drawn anew under --seed off every size the self-check uses
+    # (1 to 7 and 64: a mask of a public size could be looked up); size 1 stays, as it must.
+    g = rng(640)
+    tiny, small, odd = fresh_int(g, 2, range(8, 11)), fresh_int(g, 5, range(11, 15)), fresh_int(g, 7, range(15, 20))
+    little, large = fresh_int(g, 3, range(8, 21)), fresh_int(g, 64, range(48, 81))
+    future = [fresh_int(g, 4, range(8, 13)), fresh_int(g, 6, range(13, 18))]
+    smallest = "the smallest masks" if tiny == 2 else f"sizes 1 and {tiny}"
     return [
-        Case("sizes 1 and 2", "the smallest masks (a token always sees itself)", [Call((1,)), Call((2,))], points=1),
-        Case("size 5", "a 5 x 5 mask: True on and below the diagonal, bool", [Call((5,))], points=2),
-        Case("size 7", "a 7 x 7 mask", [Call((7,))], points=2),
-        Case("larger sizes", "masks of sizes 3 and 64", [Call((3,)), Call((64,))], points=1),
+        Case(f"sizes 1 and {tiny}", f"{smallest} (a token always sees itself)", [Call((1,)), Call((tiny,))], points=1),
+        Case(
+            f"size {small}",
+            f"a {small} x {small} mask: True on and below the diagonal, bool",
+            [Call((small,))],
+            points=2,
+        ),
+        Case(f"size {odd}", f"a {odd} x {odd} mask", [Call((odd,))], points=2),
+        Case("larger sizes", f"masks of sizes {little} and {large}", [Call((little,)), Call((large,))], points=1),
         Case(
             "no peeking at the future",
             "used in attention, later tokens do not change earlier outputs",
-            [Call((4,)), Call((6,))],
+            [Call((n,)) for n in future],
             points=1,
             judge=_future_invariance,
         ),
