@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from .graded_names import main_attribute
 from .harmless import harmless, membership_reads
 from .livecode import code_loads, defined_here, object_path, source_tree
 from .liveness import LiveBindings
@@ -571,6 +572,9 @@ def _torch_internal(path: str) -> bool:
 
 
 def _check_path(path: str, written: str, rules: _Rules, trusted: bool = False) -> str | None:
+    own = main_attribute(path)  # __main__.multi_head_attention is the graded name itself
+    if own is not None and own in rules.graded:
+        return _graded_note(own)
     if path in rules.exact:
         return _describe(path, written)
     if path.split(".")[0] == REFERENCE_PACKAGE and not trusted:
