@@ -23,6 +23,7 @@ from typing import Any
 
 from .core import Composition, Report
 from .forbidden import StaticEnvironment
+from .graded_names import defines
 from .history import executed_cells
 from .livecode import code_loads, defined_here
 
@@ -79,7 +80,7 @@ def static_callees(
                 continue
             seen.add(head)
             if head in candidates:  # the reference stands in for it, if the student wrote it
-                if head in env.bindings or written(head, unreadable):  # an import is not writing it
+                if defines(env.bindings, head) or written(head, unreadable):  # an alias is not writing it
                     found.add(head)
             else:
                 todo.extend(env.values(head))

@@ -8,11 +8,13 @@ from typing import Any
 import torch
 
 from ..core import Call, compare
+from ..oplists import ATTENTION_OPS, NORMALISATION_OPS, SOFTMAX_OPS, family_rules
 from ..seeding import current_seed, mixed_seed
 
 __all__ = [
     "WHOLE_ATTENTION",
     "SOFTMAX_FAMILY",
+    "NORMALISATIONS",
     "randn",
     "rand_mask",
     "rng",
@@ -24,24 +26,17 @@ __all__ = [
 ]
 
 
-#: Forbidden wherever students write attention: the library calls that do all of it.
-WHOLE_ATTENTION = (
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch.nn.MultiheadAttention",
-    "torch.nn.functional.multi_head_attention_forward",
-)
+#: Forbidden wherever students write attention: the library calls that do all of it (public,
+#: private and module forms; :data:`~course_lib.grading.oplists.ATTENTION_OPS` their kernels).
+WHOLE_ATTENTION = family_rules(ATTENTION_OPS)
 
-#: The softmax family: forbidden where students write a softmax, or call their own.
-SOFTMAX_FAMILY = (
-    "torch.softmax",
-    "torch.nn.functional.softmax",
-    "torch.special.softmax",
-    "torch.nn.Softmax",
-    "torch.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "method:softmax",
-    "method:log_softmax",
-)
+#: The softmax family: forbidden where students write a softmax, or call their own (softmin,
+#: the masked, "safe", sparse and log forms too).
+SOFTMAX_FAMILY = family_rules(SOFTMAX_OPS)
+
+#: Every normalisation layer (layer, group, instance, batch, local response, RMS): each one
+#: standardises rows reshaped into its axes, so each can stand in for a layer norm.
+NORMALISATIONS = family_rules(NORMALISATION_OPS)
 
 
 def rng(seed: int) -> torch.Generator:

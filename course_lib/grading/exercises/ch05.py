@@ -9,19 +9,11 @@ import torch
 
 from ... import add_and_norm, layer_norm
 from ..core import Call, Case, Exercise, Mistake
-from ._common import randn, rng
+from ._common import NORMALISATIONS, randn, rng
 
 __all__ = ["EXERCISES"]
 
-_FORBIDDEN = (
-    "torch.nn.functional.layer_norm",
-    "torch.nn.LayerNorm",
-    "torch.layer_norm",
-    "torch.native_layer_norm",
-    "torch.nn.functional.group_norm",
-    "torch.group_norm",
-    "torch.nn.GroupNorm",
-)
+_FORBIDDEN = NORMALISATIONS
 
 
 # --- layer_norm: classic mistakes ------------------------------------------------------------------
