@@ -25,6 +25,16 @@ from hypothesis import HealthCheck, settings
 
 #: The repository's root folder (``solutions/``, ``exercises/``, ``book/``, ``_build/``).
 ROOT = Path(__file__).resolve().parents[1]
+
+#: A student's softmax, written honestly (the NaN-safe form), for notebooks the tests build.
+HONEST_SOFTMAX = """
+def softmax(x, dim=-1):
+    m = x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    total = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(total == 0, torch.ones_like(total), total)
+"""
+
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 #: Debian's chromium, which the browser tests drive through Playwright (``make test`` installs
 #: it), with the book's own flags for printing it (no background traffic: no network here).

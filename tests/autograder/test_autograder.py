@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import HONEST_SOFTMAX, ROOT
 
 import course_lib
 from course_lib.autograder.autograde import grade_submission
@@ -39,14 +39,6 @@ SEED = 20261123
 LIMITS = Limits(call_seconds=2.0, submission_seconds=20.0, memory_mb=512, processes=32)
 
 SETUP = "import math\nimport os\nimport torch\nimport torch.nn.functional as F\n"
-
-HONEST_SOFTMAX = """
-def softmax(x, dim=-1):
-    m = x.amax(dim=dim, keepdim=True)
-    e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
-    total = e.sum(dim=dim, keepdim=True)
-    return e / torch.where(total == 0, torch.ones_like(total), total)
-"""
 
 HONEST_ATTENTION = """
 def scaled_dot_product_attention(q, k, v, mask=None):

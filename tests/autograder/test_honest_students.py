@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import assert_full_marks
+from conftest import HONEST_SOFTMAX, assert_full_marks
 
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.notebook import python_source
@@ -27,13 +27,7 @@ from course_lib.grading.standins import static_callees
 
 A = "02_self_attention"
 SETUP = "import math\nimport torch\nfrom course_lib.grading import check\n"
-SOFTMAX = """
-def softmax(x, dim=-1):
-    m = x.amax(dim=dim, keepdim=True)
-    e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
-    total = e.sum(dim=dim, keepdim=True)
-    return e / torch.where(total == 0, torch.ones_like(total), total)
-"""
+SOFTMAX = HONEST_SOFTMAX
 ATTENTION = """
 def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
