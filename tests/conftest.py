@@ -16,6 +16,7 @@ Tests mirror the package: ``lib/`` the model modules, ``grading/`` the student-s
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -34,6 +35,20 @@ def softmax(x, dim=-1):
     total = e.sum(dim=dim, keepdim=True)
     return e / torch.where(total == 0, torch.ones_like(total), total)
 """
+
+
+def notebook(*cells: str) -> bytes:
+    """An nbformat 4 notebook of these code cells, as the bytes a student would submit."""
+    nb = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return json.dumps(nb).encode()
+
 
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 #: Debian's chromium, which the browser tests drive through Playwright (``make test`` installs

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HONEST_SOFTMAX, ROOT
+from conftest import HONEST_SOFTMAX, ROOT, notebook
 
 import course_lib
 from course_lib.autograder.autograde import grade_submission
@@ -62,18 +62,6 @@ WRONG = """
 def softmax(x, dim=-1):
     return torch.zeros_like(x)
 """
-
-
-def notebook(*cells: str) -> bytes:
-    nb = {
-        "cells": [
-            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in cells
-        ],
-        "metadata": {},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    return json.dumps(nb).encode()
 
 
 def _literal(t: torch.Tensor) -> str:

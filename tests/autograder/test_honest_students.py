@@ -9,13 +9,12 @@ test grades every honest variant end to end in the sandbox.
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import HONEST_SOFTMAX, assert_full_marks
+from conftest import HONEST_SOFTMAX, assert_full_marks, notebook
 
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.notebook import python_source
@@ -188,18 +187,6 @@ def cells_as_python(cells: list[str]) -> list[str]:
     return [python_source(c) for c in cells]
 
 
-def notebook(cells: list[str]) -> bytes:
-    nb = {
-        "cells": [
-            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in cells
-        ],
-        "metadata": {},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    return json.dumps(nb).encode()
-
-
 def live_notebook(tmp_path: Path, cells: list[str], history: bool = True):
     """The notebook run as a kernel runs it: each cell transformed by IPython; a cell that does
     not compile is skipped (its error shown, the rest runs), and every cell is in the input
@@ -288,18 +275,18 @@ def test_a_missing_callee_is_stood_in_for_in_check_too(tmp_path):
 def test_the_sandboxed_grader_gives_every_honest_variant_full_marks_and_still_catches_cheaters():
     with Runner(mode="required", limits=Limits(call_seconds=5.0, submission_seconds=60.0)) as runner:
         for variant, (assignment, cells, graded) in sorted(HONEST.items()):
-            rec = grade_submission(notebook(cells), assignment, runner)
+            rec = grade_submission(notebook(*cells), assignment, runner)
             assert rec["status"] == "graded" and rec["flags"] == [], (variant, rec["messages"], rec["flags"])
             fns = {f["function"]: f for f in rec["functions"]}
             for name in graded or list(fns):
                 assert fns[name]["score"] == fns[name]["max_score"] > 0, (variant, name, fns[name])
-        rec = grade_submission(notebook(HONEST["syntax_error_in_a_callee"][1]), A, runner)
+        rec = grade_submission(notebook(*HONEST["syntax_error_in_a_callee"][1]), A, runner)
         assert [f["score"] == f["max_score"] for f in rec["functions"]] == [False, True, True], rec["functions"]
         for cheater in ("tensor_method_in_a_helper_class", "live_definition_cheats_after_an_honest_one"):
-            rec = grade_submission(notebook(CHEATERS[cheater] + [ATTENTION]), A, runner)
+            rec = grade_submission(notebook(*CHEATERS[cheater], ATTENTION), A, runner)
             softmax = next(f for f in rec["functions"] if f["function"] == "softmax")
             assert softmax["status"] == "forbidden" and softmax["score"] == 0, cheater
-        rec = grade_submission(notebook([SETUP, REVIEWED["call_through_sys_modules"], SOFTMAX, ATTENTION]), A, runner)
+        rec = grade_submission(notebook(SETUP, REVIEWED["call_through_sys_modules"], SOFTMAX, ATTENTION), A, runner)
         assert rec["status"] == "review" and rec["score"] == 0
 
 
