@@ -751,7 +751,10 @@ def test_no_call_input_reaches_the_student_process_before_its_cells_have_all_run
 
 def test_a_call_that_takes_its_functions_later_calls_from_the_pipe_only_loses_them(runner):
     # one function's calls are sent together: a call that reads the others' frames leaves the
-    # harness without them; they are never answered, and the job ends at the submission limit
+    # harness without them; they are never answered, and the job ends at the submission limit.
+    # The grader may still be writing the last call when the read runs (a race the student's
+    # code, not the grader, decides): that call then reaches the harness alone, is answered out
+    # of turn, and the unexpected reply sends the job to review. Neither way earns the lost calls.
     cells = ["import os\ndef f(x):\n    if x == 1:\n        os.read(4, 1 << 20)\n    return x * 10"]
     t0 = time.monotonic()
     runner.limits = dataclasses.replace(LIMITS, submission_seconds=2.0)
@@ -760,7 +763,11 @@ def test_a_call_that_takes_its_functions_later_calls_from_the_pipe_only_loses_th
     finally:
         runner.limits = LIMITS
     assert time.monotonic() - t0 < 2.0 + 10
-    assert res.status == "timeout" and res.violations == [], res
+    lost = res.status == "timeout" and res.violations == []
+    out_of_turn = res.status == "review" and res.violations == [
+        "an unexpected 'reply' frame while waiting for the harness"
+    ]
+    assert lost or out_of_turn, res
     assert res.outcomes["f"][0] == Outcome("ok", 10)
     assert [o.status for o in res.outcomes["f"][1:]] == ["error", "error"]
     check_honest(runner.run(honest_job()[0]))
