@@ -28,7 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["OpWatch", "resolve", "wrap_operators"]
+__all__ = ["OpWatch", "refuse_operators", "resolve", "wrap_operators"]
 
 
 _RESOLVED: dict = {}  # dotted path -> the object it named when first resolved in this process
@@ -104,6 +104,9 @@ class _Operators(TorchDispatchMode):
 #: The backend keys whose kernels are wrapped: every way a CPU tensor (dense, quantized, sparse,
 #: nested) reaches an operator's computation.
 _KEYS = ("CPU", "QuantizedCPU", "SparseCPU", "SparseCsrCPU", "NestedTensorCPU")
+#: Refused (see :func:`refuse_operators`) on these keys too: mkldnn tensors' kernels, which torch
+#: cannot hand back to be wrapped.
+_REFUSED_KEYS = (*_KEYS, "MkldnnCPU")
 _WRAPPED: dict = {}  # operator name -> the library holding its wrapped kernels, for the process's life
 _local = threading.local()  # .active: the watches whose ``with`` block this thread is in
 
@@ -157,6 +160,56 @@ def wrap_operators(names):
                         kernel = _seeing(name, torch.library.get_kernel(qualified, key))
                         lib.impl(qualified.partition("::")[2], kernel, key, with_keyset=True)
         _WRAPPED[name] = lib
+
+
+def _refusing(name, why):
+    """A kernel for the operator ``name`` that tells the active watches, then refuses to run."""
+
+    def run(keyset, *args, **kwargs):
+        try:
+            for watch in _active():
+                watch._saw(f"the operator {name}")
+        except Exception:  # noqa: BLE001, S110 - whatever the watches' state, the refusal stands
+            pass
+        raise RuntimeError(f"{name} is not available while this function is graded ({why})")
+
+    return run
+
+
+def _kernels(names):
+    """(namespace, operator, qualified overload name, dispatch key) of every CPU-side computation kernel
+    of the operators in ``names``; an overload that is only a composition of others is left out
+    (its parts are the ones named)."""
+    for name in sorted(set(names)):
+        namespace, _, op = name.partition("::")
+        packet = getattr(getattr(torch.ops, namespace, None), op, None) if op else None
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            qualified = name if overload == "default" else f"{name}.{overload}"
+            if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd"):
+                continue
+            for key in _REFUSED_KEYS:
+                if torch._C._dispatch_has_computed_kernel_for_dispatch_key(qualified, key):
+                    yield namespace, name, qualified, key
+
+
+def refuse_operators(names, why):
+    """Make every CPU-side kernel of the operators in ``names`` raise, however it is reached
+    (``torch.softmax``, a method, ``torch.ops``, from inside another operator, under
+    ``no_grad``). Returns the dispatcher libraries that hold the refusing kernels: they refuse
+    for as long as those objects live, so the caller keeps them where no other code can reach
+    them (the sandbox hands them to an audit hook, see
+    :mod:`course_lib.autograder.sandbox.worker.audit`). Meant for a process that runs nothing
+    but graded code from then on: nothing turns the refusal off."""
+    libraries = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
+        for namespace, name, qualified, key in _kernels(names):
+            if namespace not in libraries:
+                libraries[namespace] = torch._C._dispatch_library("IMPL", namespace, "", "<refused>", 0)
+            libraries[namespace].impl(qualified.partition("::")[2], key, _refusing(name, why), True)
+    return list(libraries.values())
 
 
 class OpWatch:

@@ -56,6 +56,7 @@ import os
 import secrets
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -82,7 +83,38 @@ _READY_SECONDS = 180.0  # a cold start imports torch; a loaded machine can be sl
 _MAX_FORWARDED = 10_000  # stand-in calls answered per submission
 _WATCHDOG_GRACE = 30.0  # the zygote enforces the limit; this only catches a stuck worker
 _CGROUP_HEADROOM = 128 << 20  # the copy-on-write pages of a fork
+_KEEPER_FRAMES = frozenset({"phase", "phase_end", "bye"})  # sent only by the job's keeper process
 _DRAIN_SECONDS = 1.0  # after the end packet: for what the student's process wrote before it ended
+
+
+def plan_phases(job: Job) -> list[tuple[list[str], list[str]]]:
+    """The job's phases (:mod:`.worker.phases`): (the aten operators refused, the run keys
+    answered), in order. Phase 0 runs the cells as written and answers the functions that
+    forbid no operator; the others are grouped by the operators they forbid, each group in a
+    process of its own, the cells run again there. Own runs come before the stand-in runs
+    (whose need is decided from the own runs' outcomes), and the group the first stand-in run
+    shares comes last among the own runs, so that the two merge."""
+
+    def ops(key: str) -> tuple[str, ...]:
+        name = job.standins.get(key, (key, []))[0]
+        return tuple(sorted(set(job.watch.get(name, {}).get("ops", []))))
+
+    own = [k for k in job.calls if k not in job.standins]
+    later = [k for k in job.calls if k in job.standins]
+    groups: dict[tuple[str, ...], list[str]] = {(): []}
+    for key in own:
+        groups.setdefault(ops(key), []).append(key)
+    order = list(groups)
+    if later and ops(later[0]) in order[1:]:
+        order.remove(ops(later[0]))
+        order.append(ops(later[0]))
+    phases = [(list(group), groups[group]) for group in order]
+    for key in later:
+        if phases[-1][0] == list(ops(key)):
+            phases[-1][1].append(key)
+        else:
+            phases.append((list(ops(key)), [key]))
+    return phases
 
 
 class SandboxUnavailable(RuntimeError):
@@ -231,7 +263,13 @@ class _Conversation:
         self.cell_errors: list[str] = []
         self.refs: list[str] = []
         self.violations: list[str] = []
-        self.seq = 0
+        self.p_key, self.p_seq = key, 0  # the keeper's frames (worker/phases.py)
+        self.c_key: bytes | None = None  # the current phase's process's frames
+        self.c_seq = 0
+        self.k = 0  # the next call's id
+        self.phases = plan_phases(job)
+        self.child_end: dict | None = None  # how a phase's process ended, when not cleanly
+        self.lost: set[str] = set()  # defined in phase 0, not when the cells ran again
         self.budget = Budget()
         self.cells_done = False
         self.bye = False
@@ -314,18 +352,35 @@ class _Conversation:
         return True
 
     def _verify(self, raw: bytes, blobs: list[bytes]) -> dict | None:
+        """A frame's header if it is the keeper's (under its current key, in its sequence, of
+        a kind only it sends) or the current phase process's; else a violation (None)."""
         if not blobs or len(blobs[-1]) != protocol.MAC_BYTES:
             return self._violation("a frame without the grader's signature (written by the notebook's code?)")
-        mac = protocol.frame_mac(self.key, raw, blobs[:-1])
-        if not hmac.compare_digest(mac, blobs[-1]):
+        who = None
+        for name, key in (("keeper", self.p_key), ("child", self.c_key)):
+            if key is not None and hmac.compare_digest(protocol.frame_mac(key, raw, blobs[:-1]), blobs[-1]):
+                who = name
+                break
+        if who is None:
             return self._violation("a frame the grader's harness did not write (forged by the notebook's code?)")
         try:
             header = json.loads(raw)
         except ValueError:
             return self._violation("a frame that is not valid JSON")
-        if not isinstance(header, dict) or header.get("seq") != self.seq:
+        if not isinstance(header, dict) or header.get("seq") != (self.p_seq if who == "keeper" else self.c_seq):
             return self._violation("a frame out of sequence (replayed or forged)")
-        self.seq += 1
+        if (who == "keeper") != (header.get("t") in _KEEPER_FRAMES):
+            return self._violation(f"a {str(header.get('t'))[:30]!r} frame from the wrong process")
+        if who == "keeper":
+            self.p_seq += 1
+            if header["t"] == "phase":
+                try:
+                    self.c_key, self.c_seq = bytes.fromhex(header["key"]), 0
+                    self.p_key = bytes.fromhex(header["end_key"])
+                except (KeyError, TypeError, ValueError):
+                    return self._violation("a phase announced without its keys")
+        else:
+            self.c_seq += 1
         return header
 
     def _violation(self, why: str) -> dict | None:
@@ -340,6 +395,9 @@ class _Conversation:
     def _event(self, g: dict) -> bool:
         """Handle an event frame (allowed in its phase); False if it is not one."""
         t = g.get("t")
+        if t == "tamper":
+            self._violation(f"the notebook's code tried {_clip_str(g.get('what'), 200)} (refused)")
+            return True
         if t == "cell_error" and not self.cells_done:
             if len(self.cell_errors) < 1000:
                 self.cell_errors.append(_clip_str(g.get("msg")))
@@ -367,6 +425,13 @@ class _Conversation:
             taken = accept(g)
             if taken:
                 return g
+            if g["t"] == "phase_end":  # the phase's process ended before its work was done
+                self.child_end = g
+                if not self.aborted:
+                    self.send({"t": "finish"})  # the keeper reads what is left, then ends
+                while g["t"] != "end":
+                    g = self._next()
+                return g
             if taken is None:
                 continue  # handled by ``accept`` on the way (a stand-in's call)
             if not self._event(g):
@@ -376,19 +441,70 @@ class _Conversation:
                 )
 
     def run(self) -> dict:
-        """Talk the job through; returns the zygote's end packet."""
-        g = self._wait(lambda g: g.get("t") == "cells_done")
-        if g["t"] == "end":
-            return g["end"]
+        """Talk the job through, phase by phase (see :mod:`.worker.phases`); returns the
+        zygote's end packet."""
+        for i, (ops, keys) in enumerate(self.phases):
+            if i > 0 and (self.aborted or not self.send({"t": "phase", "ops": ops})):
+                break
+            g = self._wait(lambda g: g.get("t") == "phase")
+            if g["t"] != "end":
+                g = self._wait(lambda g, i=i: g.get("t") == ("cells_done" if i == 0 else "ready"))
+            if g["t"] == "end":
+                return g["end"]
+            if i == 0:
+                self._cells_done(g)
+            else:
+                self._ready(g, ops, keys)
+            end = self._serve(keys)
+            if end is not None:
+                return end
+            if self.aborted or not self.send({"t": "end_phase"}):
+                break
+            g = self._wait(lambda g: g.get("t") == "phase_end")
+            if g["t"] == "end":
+                return g["end"]
+            if g.get("code") != 0:
+                self.child_end = g
+                break
+        else:
+            if not self.aborted and self.send({"t": "finish"}):
+                g = self._wait(lambda g: g.get("t") == "bye")
+                if g["t"] == "end":
+                    return g["end"]
+                self.bye = True
+        return self._wait(lambda g: False)["end"]
+
+    def _cells_done(self, g: dict) -> None:
         self.cells_done = True
         self.missing = [n for n in g.get("missing", []) if n in self.outcomes][:100]
         own = g.get("not_own", {})
         if isinstance(own, dict):
             self.not_own = {n: _clip_str(v, 200) for n, v in own.items() if n in self.outcomes}
-        k = 0
-        for key, calls in self.job.calls.items():
+
+    def _ready(self, g: dict, ops: list[str], keys: list[str]) -> None:
+        """A later phase ran the cells again with ``ops`` refused: a function defined the
+        first time but not this time is held for review, not scored 0 (an honest cell may call
+        a forbidden function, say to compare, before it defines one)."""
+        gone = g.get("missing", [])
+        own = g.get("not_own", {})
+        for key in keys:
+            name = self.job.standins.get(key, (key, []))[0]
+            if name in self.missing or name in self.not_own or name in self.lost:
+                continue
+            if (isinstance(gone, list) and name in gone) or (isinstance(own, dict) and name in own):
+                self.lost.add(name)
+                self.violations.append(
+                    f"{name} was defined when the notebook ran, but not when it ran again with the "
+                    f"operators it may not use refused ({', '.join(ops[:3])}...): a cell that "
+                    "defines it calls one of them first?"
+                )
+
+    def _serve(self, keys: list[str]) -> dict | None:
+        """The calls of ``keys`` (one function's together); the end packet if the process ended."""
+        for key in keys:
+            calls = self.job.calls[key]
             name, standins = self.job.standins.get(key, (key, []))
-            if name in self.missing or name in self.not_own:
+            if name in self.missing or name in self.not_own or name in self.lost:
                 continue
             if key in self.job.when and not self._decide(key):
                 self.skipped.add(key)
@@ -396,7 +512,7 @@ class _Conversation:
             # All of this function's calls go out together: the student's process answers them
             # in order without waiting on this process between them. The next function's are
             # sent only after these replies (whether its stand-in run is made depends on them).
-            sent = 0
+            k, sent = self.k, 0
             for i, call in enumerate(calls):
                 header, blobs = encode_call(k + i, name, call)
                 if standins:
@@ -405,19 +521,14 @@ class _Conversation:
                     break  # it ended (or tampered): what it answered before still counts
                 sent += 1
             for i in range(sent):
-                g = self._wait(lambda g, k=k, s=standins: self._reply_or_forward(g, k, s))
+                g = self._wait(lambda g, k=k + i, s=standins: self._reply_or_forward(g, k, s))
                 if g["t"] == "end":
                     return g["end"]
                 self.outcomes[key][i] = self._outcome(g)
-                k += 1
+            self.k = k + len(calls)
             if sent < len(calls):
                 return self._wait(lambda g: False)["end"]
-        if not self.aborted and self.send({"t": "finish"}):
-            g = self._wait(lambda g: g.get("t") == "bye")
-            if g["t"] == "end":
-                return g["end"]
-            self.bye = True
-        return self._wait(lambda g: False)["end"]
+        return None
 
     def _decide(self, key: str) -> bool:
         try:
@@ -479,6 +590,18 @@ class _Ending:
 
     kind: str
     detail: str = ""
+
+    @staticmethod
+    def of_code(code: Any) -> _Ending:
+        """How a phase's process ended, from its exit status as the keeper saw it."""
+        if type(code) is not int:
+            return _Ending("protocol")
+        if code >= 0:
+            return _Ending("exit", str(code))
+        try:
+            return _Ending("signal", signal.Signals(-code).name)
+        except ValueError:
+            return _Ending("signal", str(-code))
 
     @staticmethod
     def of(end: dict, bye: bool) -> tuple[str, _Ending]:
@@ -549,6 +672,9 @@ class Runner:
                     "refusing to run student code without one (use --sandbox auto or off to allow it)"
                 )
         self.isolation = isolation
+        #: arm the student process's audit hook (worker/audit.py); tests of the walls beneath it
+        #: turn it off, nothing else should
+        self.audit_hook = True
         self.cgroup: MemoryCgroup | None = None
         self._proc: subprocess.Popen | None = None
         self._ctrl: socket.socket | None = None
@@ -697,10 +823,12 @@ class Runner:
                 )
             self._start()
 
-    def _begin(self, pipes: _Pipes) -> _Pipes:
+    def _begin(self, pipes: _Pipes, n_phases: int = 1) -> _Pipes:
         """Hand one job to the worker: a fork request with the student's ends of ``pipes``
-        (the zygote never reads a job); the job itself goes down the requests pipe."""
-        if not self._send_ctrl({"t": "fork", "limits": self._limits(), "uid": self.uid}, pipes.student_ends):
+        (the zygote never reads a job); the job itself goes down the requests pipe. Its
+        wall-clock limit is the submission's once per phase (each runs the cells)."""
+        limits = dict(self._limits(), job_seconds=self.limits.submission_seconds * n_phases)
+        if not self._send_ctrl({"t": "fork", "limits": limits, "uid": self.uid}, pipes.student_ends):
             pipes.close()
             raise _NotSent("the sandbox stopped responding")
         pipes.handed_over()
@@ -722,6 +850,7 @@ class Runner:
             "watch": job.watch,
             "limits": self._limits(),
             "key": key.hex(),
+            "audit": self.audit_hook,
         }
 
     # ------------------------------------------------------------ public
@@ -732,19 +861,20 @@ class Runner:
                 raise RuntimeError("this Runner is closed")
             t0 = time.monotonic()
             self._ensure_ready()
-            deadline = t0 + self.limits.submission_seconds + _WATCHDOG_GRACE
+            n_phases = len(plan_phases(job))  # each runs the cells (worker/phases.py)
+            deadline = t0 + self.limits.submission_seconds * n_phases + _WATCHDOG_GRACE
             oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
             lost = "the sandbox stopped responding"
             conv = _Conversation(self, job, secrets.token_bytes(32), deadline, _Pipes(self.limits.output_bytes))
             end: dict | None = None
             try:
                 try:
-                    conv.pipes = self._begin(conv.pipes)
+                    conv.pipes = self._begin(conv.pipes, n_phases)
                 except _NotSent:
                     # the worker had died before taking the job (no student code ran): once more
                     self._stop()
                     self._ensure_ready()
-                    conv.pipes = self._begin(_Pipes(self.limits.output_bytes))
+                    conv.pipes = self._begin(_Pipes(self.limits.output_bytes), n_phases)
                 conv.send(self._job_frame(job, conv.key))  # if it could not all go, the end tells why
                 end = conv.run()
             except _Lost as e:
@@ -770,6 +900,8 @@ class Runner:
                     self._stop()
                     raise SandboxUnavailable(valid_utf8(end.get("message"))[:2000])
                 status, why_ended = _Ending.of(end, conv.bye)
+                if conv.child_end is not None:  # a phase's process ended first: that is what happened
+                    status, why_ended = "crashed", _Ending.of_code(conv.child_end.get("code"))
                 tail = valid_utf8(conv.pipes.tail.text())[-8000:]
             if conv.violations:
                 status, why_ended = "review", _Ending("review", "; ".join(conv.violations))
@@ -793,6 +925,8 @@ class Runner:
                             o = Outcome("error", message=f"not run: no function named {n} was defined")
                         elif n in conv.not_own:
                             o = Outcome("error", message=f"not run: {n} is {conv.not_own[n]}")
+                        elif n in conv.lost:
+                            o = Outcome("error", message=f"not run: {n} is held for review (see the note)")
                         else:
                             o = Outcome("error", message=f"not run: {why}")
                     final[key].append(o)

@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 
-from . import jail, protocol, rootfs, student, syscalls, zygote  # noqa: F401 - all imported before the root is built
+from . import audit, jail, phases, protocol, rootfs, student, syscalls, zygote  # noqa: F401 - all imported before the root is built
 
 
 def main(argv: list[str], home: str | None = None) -> int:

@@ -33,6 +33,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from . import audit, phases
 from . import syscalls as sc
 from .jail import drop_privileges, enter_jail
 from .protocol import (
@@ -302,6 +303,15 @@ class _Sender:
         self.pid = os.getpid()
         self.broken = False
 
+    def key_hex(self) -> str:
+        return self._key.hex()
+
+    def rekey(self, key: bytes, restart: bool) -> None:
+        """Sign from now on with ``key`` (``restart``: number frames from 0 again)."""
+        self._key = key
+        if restart:
+            self.seq = 0
+
     def send(self, header: Header, blobs: Iterable[bytes] = ()) -> None:
         """Send one frame (never interrupted by a time-limit signal halfway); after a failed
         write, nothing more."""
@@ -405,7 +415,17 @@ class StudentHarness:
         self.limits = limits
         self.call_seconds = float(limits["call_seconds"])
         self.cell_seconds = float(limits["cell_seconds"])
-        self.sender = _Sender(RESULTS_FD, bytes.fromhex(job["key"]))
+        self.sender = _Sender(RESULTS_FD, bytes.fromhex(job["key"]))  # each phase's process's, rekeyed per phase
+        self.psender = _Sender(RESULTS_FD, bytes.fromhex(job["key"]))  # this process's own (phases.py)
+        self.refuse = watch_module.refuse_operators
+        self.silent = False
+        self.audit = job.get("audit") is not False
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        # the audit hook, armed in each phase's process before its first student line
+        native = [f.__code__ for f in vars(sc).values() if type(f) is types.FunctionType]
+        self.policy = audit.install(native, [TorchFunctionMode, TorchDispatchMode])
         self.channel = (os.fstat(RESULTS_FD).st_ino, os.fstat(REQUESTS_FD).st_ino)
         self.result_bytes = 0
         self.queued: list[tuple[Header, list[bytes]]] = []  # requests read while a stand-in waited
@@ -420,14 +440,15 @@ class StudentHarness:
     def _kill_strays(self, wait: float = 2.0) -> None:
         """Kill every other process in this PID namespace (fork bombs, daemons, leftovers) and
         reap them (for up to ``wait`` seconds: until reaped they still count against the uid's
-        process limit)."""
+        process limit). The kill is repeated while any is left: a process forked while the
+        first went round is killed by the next."""
         if os.getpid() == 1 and os.getuid() != 0:
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
             until = time.monotonic() + wait
             while True:
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except OSError:
+                    pass
                 try:
                     pid, _ = os.waitpid(-1, os.WNOHANG)
                 except ChildProcessError:
@@ -522,13 +543,23 @@ class StudentHarness:
 
     # ------------------------------------------------------------ phases
     def run(self) -> int:
-        """The cells, then the calls (in a forked child if the cells left threads); returns the exit code."""
+        """The job's phases (:mod:`.phases`); returns the exit code."""
+        _install_stubs(self.sender)
+        return phases.run(self)
+
+    def report_tamper(self, what: str) -> None:
+        """Tell the grader what the audit hook refused (it holds the submission for review)."""
+        self.sender.send({"t": "tamper", "what": _short(what, 200)})
+
+    def run_notebook(self, silent: bool) -> dict[str, Any]:
+        """The cells, in a fresh ``__main__`` with fake ``course_lib`` modules and capped
+        output (``silent``: their errors are not reported); returns the namespace."""
         torch = self.torch
         import random
 
         import numpy
 
-        _install_stubs(self.sender)
+        self.silent = silent
         counter = [0]
         cap = int(self.limits["output_bytes"])
         sys.stdout = _Out(1, counter, cap, "<stdout>")
@@ -547,36 +578,39 @@ class StudentHarness:
         for i, src in enumerate(self.cells, 1):
             if src:
                 self._run_cell(i, src, ns, submission_end)
-        self._kill_strays()
-        # No code of the cells may run while the calls are answered. With this thread alone
-        # (the usual case) the calls run here: no thread can start once the calls' filter is
-        # installed, and no timer is left to interrupt them. When the cells left threads
-        # behind, the calls run in C, a fork of this process from this thread, where those
-        # threads do not exist; this process then closes its end of the channel and waits.
+        return ns
+
+    def serve(self, ns: dict[str, Any], first: bool) -> int:
+        """Answer this phase's calls; returns the exit code.
+
+        No code of the cells may run while the calls are answered. With this thread alone
+        (the usual case) the calls run here: no thread can start once the calls' filter is
+        installed, and no timer is left to interrupt them. When the cells left threads
+        behind, the calls run in a fork of this process from this thread, where those
+        threads do not exist; this process then closes its end of the channel and waits."""
         signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         if self._threads() == 1:
-            return self._serve_calls(ns)
+            return self._serve_calls(ns, first)
         for _attempt in range(50):
             try:
                 pid = os.fork()
                 break
-            except BlockingIOError:  # the uid's process limit, while killed processes are reaped
-                self._kill_strays(0.1)
+            except BlockingIOError:  # the uid's process limit
+                time.sleep(0.01)
         else:
             return 75
         if pid == 0:
             code = 0
             try:
-                code = self._serve_calls(ns)
+                code = self._serve_calls(ns, first)
             except BaseException:  # noqa: BLE001 - a harness failure; the grader sees the calls unanswered
                 code = 71
             os._exit(code)
         os.closerange(3, max(1 << 16, os.sysconf("SC_OPEN_MAX")))
         status = os.waitpid(pid, 0)[1]
-        self._kill_strays()
         return os.waitstatus_to_exitcode(status) & 0xFF
 
-    def _serve_calls(self, ns: dict[str, Any]) -> int:
+    def _serve_calls(self, ns: dict[str, Any], first: bool) -> int:
         os.closerange(REQUESTS_FD + 1, max(1 << 16, os.sysconf("SC_OPEN_MAX")))
         if (os.fstat(RESULTS_FD).st_ino, os.fstat(REQUESTS_FD).st_ino) != self.channel:
             return 73  # the cells replaced the channel's file descriptors: no calls are answered
@@ -596,15 +630,14 @@ class StudentHarness:
                 why = self._own_function(fn)
                 if why:
                     not_own[name] = why
-        self.sender.send({"t": "cells_done", "missing": missing, "not_own": not_own})
+        self.sender.send({"t": "cells_done" if first else "ready", "missing": missing, "not_own": not_own})
         while True:
             try:
                 header, blobs = self._request()
             except (EOFError, ValueError, OSError):
                 return 74
             t = header.get("t")
-            if t == "finish":
-                self.sender.send({"t": "bye"})
+            if t == "end_phase":
                 return 0
             if t != "call":
                 continue
@@ -720,6 +753,8 @@ class StudentHarness:
         return text
 
     def _cell_error(self, i: int, text: str) -> None:
+        if self.silent:
+            return
         self.sender.send({"t": "cell_error", "msg": f"cell {i}: {text}"})
 
     def _call(

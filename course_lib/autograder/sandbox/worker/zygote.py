@@ -113,7 +113,7 @@ class Zygote:
         wall-clock limit, send the end packet. False when the grader went away."""
         t0 = time.monotonic()
         limits, uid = request.get("limits", {}), int(request.get("uid", -1))
-        deadline = t0 + float(limits.get("submission_seconds", 60.0))
+        deadline = t0 + float(limits.get("job_seconds", limits.get("submission_seconds", 60.0)))
         scratch_host = None
         if not self.isolated:
             import tempfile
