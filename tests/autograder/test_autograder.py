@@ -650,13 +650,21 @@ def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp
     leak = (tmp_path / "md" / f"{file_stem('inputs_in_messages')}.md").read_text()
     assert "raised ValueError" in leak
     text = "".join(p.read_text() for p in (tmp_path / "md").iterdir())
-    assert not [v for v in _hidden_values() if v in text]  # no input value of any case in any feedback
+    assert not _leaked(text)  # no input value of any case in any feedback
 
 
-def _hidden_values() -> set[str]:
+def _leaked(text: str) -> list[str]:
+    """The hidden input values in ``text``: as printed (4 decimals, as a tensor shows them, not
+    the start of a longer number such as a pass rate) or in full (as JSON writes a float)."""
+    shown, full = _hidden_values()
+    found = [v for v in shown if re.search(rf"(?<![\d.]){re.escape(v)}(?!\d)", text)]
+    return found + [v for v in full if v in text]
+
+
+def _hidden_values() -> tuple[set[str], set[str]]:
     """The first values of every floating-point input of every case, with and without the seed,
-    as 4-decimal text (0 and +-1 left out: they occur in any text)."""
-    values = set()
+    as 4-decimal text (0 and +-1 left out: they occur in any text) and in full."""
+    values, full = set(), set()
     for name in ASSIGNMENTS[A]:
         for seed in (None, SEED):
             for case in exercise(name).cases(seed):
@@ -664,7 +672,8 @@ def _hidden_values() -> set[str]:
                     for a in call.args:
                         if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 2:
                             values.update(f"{float(v):.4f}" for v in a.flatten()[:3] if v.isfinite())
-    return values - {"0.0000", "1.0000", "-1.0000"}
+                            full.update(repr(float(v)) for v in a.flatten()[:3] if v.isfinite() and v % 1)
+    return values - {"0.0000", "1.0000", "-1.0000"}, full
 
 
 def test_the_class_report_of_the_attack_class_reveals_no_hidden_input(graded, tmp_path):
@@ -678,7 +687,7 @@ def test_the_class_report_of_the_attack_class_reveals_no_hidden_input(graded, tm
     assert site.data["records"] == len(graded[4])
     text = md.text + "".join(p.read_text(encoding="utf-8", errors="replace") for p in (tmp_path / "report").iterdir())
     assert "inputs_in_messages" in text  # the student whose errors carry the inputs is listed
-    assert not [v for v in _hidden_values() if v in text]
+    assert not _leaked(text)
 
 
 def test_sandbox_required_refuses_to_grade_without_isolation(tmp_path, monkeypatch):

@@ -12,8 +12,10 @@ holds the submission for review, naming the construct):
   ``get_referents`` (walks to any object), ``sys._current_frames``;
 * ``sys.addaudithook`` (CPython then silently skips adding it);
 * opening a process's ``mem`` file;
-* setting or deleting attributes of the grader's own classes and functions, or of the torch
-  mode classes its watch is built on.
+* replacing the code or defaults of the grader's own functions, or the name, module or bases
+  of its classes and of the torch mode classes its watch is built on (what CPython 3.11
+  audits: a class's other attributes are set without an event, which is why nothing that
+  decides points rests on the grader's classes staying as they are).
 
 :func:`keep` parks objects in a hook of their own, where only the interpreter holds them: the
 dispatcher libraries whose kernels refuse the forbidden operators
@@ -79,8 +81,8 @@ def install(ctypes_code: Sequence[Any], guarded_types: Sequence[type]) -> Policy
     def own(obj: Any) -> bool:
         if id(obj) in guarded:
             return True
-        mod = _module_of(obj)
-        return mod == "_course_opwatch" or mod.startswith("course_lib.")
+        mod = _module_of(obj)  # the worker's package is imported as ``worker`` in the sandbox
+        return mod == "_course_opwatch" or mod.startswith(("course_lib.", "worker."))
 
     def called_from(codes: dict[int, Any], depth: int) -> bool:
         """Whether one of the ``depth`` frames nearest the event runs one of ``codes``."""

@@ -402,6 +402,19 @@ class StudentHarness:
 
         self.np, self.torch = numpy, torch
         self._Tensor = torch.Tensor
+        # What encodes a result, taken now from torch's immutable C base class (student code may
+        # replace torch.Tensor's methods, never these) and run with torch's modes off (a mode a
+        # call leaves behind never sees it)
+        base = torch._C.TensorBase
+        self._t = types.SimpleNamespace(
+            **{n: getattr(base, n) for n in ("detach", "cpu", "to", "is_complex", "resolve_conj", "resolve_neg")},
+            **{n: getattr(base, n) for n in ("contiguous", "numpy")},
+            **{n: base.__dict__[n].__get__ for n in ("layout", "device", "dtype", "is_quantized")},
+            strided=torch.strided,
+            bfloat16=torch.bfloat16,
+            float32=torch.float32,
+            no_modes=(torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch),
+        )
         self._from_numpy = torch.from_numpy
         fmt = numpy.lib.format
         self._write_header, self._descr = fmt.write_array_header_1_0, fmt.dtype_to_descr
@@ -486,20 +499,7 @@ class StudentHarness:
             raise _BadType("returned a value nested too deeply")
         t = type(value)
         if t is self._Tensor:
-            torch = self.torch
-            x = self._Tensor.detach(value)
-            if x.layout != torch.strided:
-                raise _BadType(f"returned a {x.layout} tensor, expected an ordinary (dense) torch.Tensor")
-            if x.device.type != "cpu":
-                x = x.cpu()
-            dtype = str(x.dtype)
-            if x.dtype in (torch.bfloat16,):
-                x = x.to(torch.float32)
-            if x.is_complex() or x.is_quantized:
-                raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
-            arr = x.resolve_conj().resolve_neg().contiguous().numpy()
-            if arr.dtype.kind not in "biuf":
-                raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
+            arr, dtype = self._array(value)
             self.result_bytes += arr.nbytes
             if self.result_bytes > MAX_RESULT_BYTES // 2:
                 raise _BadType(f"returned more than {MAX_RESULT_BYTES // 2 >> 20} MB of tensors")
@@ -525,6 +525,27 @@ class StudentHarness:
         if isinstance(value, self._Tensor):
             raise _BadType(f"returned a {t.__name__} (a subclass of torch.Tensor), expected a plain torch.Tensor")
         raise _BadType(f"returned a {_type_name(t)}, expected a torch.Tensor")
+
+    def _array(self, value: Any) -> tuple[Any, str]:
+        """A result tensor as a numpy array, and its torch dtype's name (only the functions
+        captured in ``__init__`` run)."""
+        t = self._t
+        no_function, no_dispatch = t.no_modes
+        with no_function(), no_dispatch():
+            x = t.detach(value)
+            if t.layout(x) != t.strided:
+                raise _BadType(f"returned a {t.layout(x)} tensor, expected an ordinary (dense) torch.Tensor")
+            if t.device(x).type != "cpu":
+                x = t.cpu(x)
+            dtype = str(t.dtype(x))
+            if t.dtype(x) == t.bfloat16:
+                x = t.to(x, t.float32)
+            if t.is_complex(x) or t.is_quantized(x):
+                raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
+            arr = t.numpy(t.contiguous(t.resolve_neg(t.resolve_conj(x))))
+        if arr.dtype.kind not in "biuf":
+            raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
+        return arr, dtype
 
     def _own_function(self, fn: Any) -> str | None:
         """The graded object is a function written in a notebook cell (possibly decorated); else
