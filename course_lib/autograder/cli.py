@@ -11,6 +11,7 @@ report    the class report: scores, mistakes, items, look-alike submissions, ans
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from ..grading.core import CALL_TIME_LIMIT
@@ -55,6 +56,10 @@ def _late_options(args: argparse.Namespace):
     return policy, times
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _cmd_grade(args: argparse.Namespace) -> int:
     from .batch import grade_all
     from .sandbox import Limits, SandboxUnavailable
@@ -67,6 +72,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
         return 2
+    # SIGTERM (a scheduler's stop, `kill`) ends the run as Ctrl-C does: the runners close, their
+    # processes and memory cgroups go; what was graded is already in the gradebook
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         summary = grade_all(
             args.submissions,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import threading
 import warnings
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -208,7 +209,8 @@ def refuse_operators(names, why):
         for namespace, name, qualified, key in _kernels(names):
             if namespace not in libraries:
                 libraries[namespace] = torch._C._dispatch_library("IMPL", namespace, "", "<refused>", 0)
-            libraries[namespace].impl(qualified.partition("::")[2], key, _refusing(name, why), True)
+            impl: Any = libraries[namespace].impl  # (name, key, kernel, with_keyset): torch.library's call
+            impl(qualified.partition("::")[2], key, _refusing(name, why), True)
     return list(libraries.values())
 
 

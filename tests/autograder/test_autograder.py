@@ -735,6 +735,56 @@ def test_killing_the_grader_at_any_moment_then_rerunning_grades_each_submission_
     assert all((scores[f"s{i:02d}"] == full) == bool(i % 2) for i in range(n))
 
 
+def test_a_grader_stopped_by_sigterm_leaves_no_process_or_memory_cgroup(tmp_path):
+    # review item 11: SIGTERM (a scheduler's stop) left the runners' memory cgroups behind
+    from course_lib.autograder.sandbox.cgroup import MemoryCgroup
+
+    probe = MemoryCgroup.create(f"course-lib-{os.getpid()}-sigterm-probe")
+    assert probe is not None  # this machine has a writable memory cgroup (CI too)
+    parent = probe.path.parent
+    probe.remove()
+    before = {p.name for p in parent.iterdir() if p.name.startswith("course-lib-")}
+    subs = tmp_path / "subs"
+    for i in range(12):
+        _write(subs, f"s{i:02d}", notebook(SETUP, HONEST))
+    db = tmp_path / "g.sqlite"
+    cmd = [sys.executable, "-m", "course_lib", "grade", str(subs), "--db", str(db), "--jobs", "2", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 1:
+                break
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stdout.read().decode()
+    proc.send_signal(signal.SIGTERM)  # the grader only, as a scheduler would
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    proc.stdout.close()
+    until = time.time() + 10
+    while time.time() < until and (
+        _in_session(proc.pid) or {p.name for p in parent.iterdir() if p.name.startswith("course-lib-")} - before
+    ):
+        time.sleep(0.1)
+    assert {p.name for p in parent.iterdir() if p.name.startswith("course-lib-")} - before == set()
+    assert _in_session(proc.pid) == []  # its grading processes and sandboxes ended with it
+
+
+def _in_session(sid: int) -> list[int]:
+    """The processes of session ``sid`` (from /proc/PID/stat: the session is its sixth field)."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if d.isdigit() and int(fields[3]) == sid:
+            found.append(int(d))
+    return found
+
+
 @pytest.fixture(scope="module")
 def runner():
     with Runner(mode="required", limits=Limits(submission_seconds=60.0)) as r:

@@ -152,7 +152,9 @@ def test_a_harness_reached_from_a_frame_cannot_bring_the_operator_back(runner):
 
 def test_an_honest_comparison_with_torch_after_the_definition_keeps_full_marks(runner):
     cells = [
-        "import torch\n" + OWN_SOFTMAX + "\nx = torch.randn(4, 5)\nassert torch.allclose(softmax(x), torch.softmax(x, -1))",
+        "import torch\n"
+        + OWN_SOFTMAX
+        + "\nx = torch.randn(4, 5)\nassert torch.allclose(softmax(x), torch.softmax(x, -1))",
         "def attention_weights(s):\n    return torch.softmax(s, -1)",  # forbids nothing: torch's softmax is fine here
     ]
     calls = {"softmax": [Call((X,))], "attention_weights": [Call((X,))]}

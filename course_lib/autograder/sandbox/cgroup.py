@@ -11,6 +11,10 @@ Both cgroup versions work: v2 (a ``cgroup2`` mount whose ``memory`` controller i
 the grader's cgroup's children) and v1's ``memory`` hierarchy. Where neither is writable (no
 root, no delegation) :meth:`MemoryCgroup.create` returns None and the per-process rlimits are
 the limit; the grading summary says which.
+
+A grader removes its cgroups when it ends, SIGTERM included (the CLI turns it into an orderly
+exit); one killed outright cannot, so each new cgroup first removes the empty ones of graders
+that no longer run (:func:`sweep`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["MemoryCgroup"]
+__all__ = ["MemoryCgroup", "sweep"]
 
 
 def _mounts() -> list[tuple[str, str, str]]:
@@ -51,6 +55,37 @@ def _own_cgroups() -> dict[str, str]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's, alive
+    return True
+
+
+def sweep(parent: Path) -> list[str]:
+    """Remove the cgroups under ``parent`` that a grader which no longer runs left behind
+    (``course-lib-<pid>-...``, killed before it could remove them); returns their names. A
+    cgroup that still holds a process stays."""
+    removed: list[str] = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        parts = entry.name.split("-")
+        if len(parts) < 3 or parts[:2] != ["course", "lib"] or not parts[2].isdigit() or _alive(int(parts[2])):
+            continue
+        try:
+            os.rmdir(entry)
+            removed.append(entry.name)
+        except OSError:
+            pass
+    return removed
+
+
 class MemoryCgroup:
     """One cgroup with a memory limit (see the module docstring)."""
 
@@ -78,6 +113,7 @@ class MemoryCgroup:
 
     @classmethod
     def _make(cls, path: Path, version: int) -> MemoryCgroup | None:
+        sweep(path.parent)
         try:
             path.mkdir(exist_ok=True)
             cg = cls(path, version)

@@ -26,9 +26,14 @@ notebook's cells and then answers the grader's calls one at a time, inside these
 * **none** (``mode="off"``): still a fresh forked process with rlimits and seccomp per
   submission, but no walls; only for trusted code.
 
-The channel (see :mod:`course_lib.autograder.sandbox.worker`): every frame from the student's process
-carries a sequence number and an HMAC under a key made for this job, and is accepted only in
-its place: cell events, then ``cells_done``, then exactly one reply per call the grader sends.
+The channel (see :mod:`course_lib.autograder.sandbox.worker`): a job runs in phases
+(:func:`plan_phases`, :mod:`.worker.phases`), each in a process of its own that the job's
+keeper forks from its pristine state; the functions of a later phase are answered with the
+aten operators they forbid refused. Every frame carries a sequence number and an HMAC, under
+the key the keeper announced for the phase (the keeper's own frames under keys no phase's
+process holds), and is accepted only in its place: the keeper's phase announcement, cell
+events, then ``cells_done`` (``ready`` in a later phase), then exactly one reply per call the
+grader sends, then the keeper's end of the phase.
 No call's inputs are sent before the cells have all run; then each function's calls go out
 together, and the next function's only once they are answered. Anything else (a forged or
 out-of-order frame, bytes that break the framing) is a *violation*: the job is stopped and the
@@ -67,10 +72,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from ...grading.core import CALL_TIME_LIMIT, OUTCOME_STATUSES, Call, Outcome, call_once
+from ...grading.core import CALL_TIME_LIMIT, OUTCOME_STATUSES, Call, Outcome
 from ..notebook import python_source
 from ..text import student_message, valid_utf8
 from . import isolation as iso
+from .bounded import bounded_call
 from .cgroup import MemoryCgroup
 from .codec import BadResult, Budget, decode_value, encode_arg, encode_call
 from .worker import protocol
@@ -81,6 +87,7 @@ __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable"]
 BASE_UID = 60000
 _READY_SECONDS = 180.0  # a cold start imports torch; a loaded machine can be slow
 _MAX_FORWARDED = 10_000  # stand-in calls answered per submission
+_STANDIN_BYTES = 512 << 20  # the memory one stand-in call may add to the grading process
 _WATCHDOG_GRACE = 30.0  # the zygote enforces the limit; this only catches a stuck worker
 _CGROUP_HEADROOM = 128 << 20  # the copy-on-write pages of a fork
 _KEEPER_FRAMES = frozenset({"phase", "phase_end", "bye"})  # sent only by the job's keeper process
@@ -270,6 +277,7 @@ class _Conversation:
         self.phases = plan_phases(job)
         self.child_end: dict | None = None  # how a phase's process ended, when not cleanly
         self.lost: set[str] = set()  # defined in phase 0, not when the cells ran again
+        self.standin_spent = 0.0  # seconds of stand-in reference calls so far
         self.budget = Budget()
         self.cells_done = False
         self.bye = False
@@ -553,7 +561,11 @@ class _Conversation:
         try:
             args, pairs = decode_value(g.get("value"), g["_blobs"], self.budget, tags=protocol.ARG_TAGS)
             kwargs = {str(k): v for k, v in pairs}
-            out = call_once(self.job.references[name], Call(tuple(args), kwargs), time_limit=None)
+            t0 = time.monotonic()
+            out = bounded_call(
+                self.job.references[name], Call(tuple(args), kwargs), _STANDIN_BYTES, self._standin_seconds()
+            )
+            self.standin_spent += time.monotonic() - t0
         except (BadResult, TypeError, ValueError) as e:
             out = Outcome("error", message=f"its arguments could not be read ({_clip_str(str(e), 200)})")
         reply: dict[str, Any] = {"t": "ref_reply", "status": out.status, "msg": out.message}
@@ -562,6 +574,12 @@ class _Conversation:
             reply["value"] = encode_arg(out.value, blobs)
         self.send(reply, blobs)
         return None
+
+    def _standin_seconds(self) -> float:
+        """A stand-in call's time: a student's call's own limit, within what is left of the
+        submission's time for all of them together (a call past it is answered with an error)."""
+        call = self.runner.limits.call_seconds * protocol.CALL_WALL_FACTOR
+        return max(0.0, min(call, self.runner.limits.submission_seconds - self.standin_spent))
 
     def _outcome(self, g: dict) -> Outcome:
         seen = [_clip_str(s, 120) for s in g.get("seen", [])][:20] if isinstance(g.get("seen"), list) else []

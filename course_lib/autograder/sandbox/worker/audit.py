@@ -86,7 +86,7 @@ def install(ctypes_code: Sequence[Any], guarded_types: Sequence[type]) -> Policy
 
     def called_from(codes: dict[int, Any], depth: int) -> bool:
         """Whether one of the ``depth`` frames nearest the event runs one of ``codes``."""
-        f = getframe(2)
+        f: Any = getframe(2)
         for _ in range(depth):
             if f is None:
                 return False

@@ -36,7 +36,7 @@ WHY = "the exercise asks you to write this yourself"
 
 def run(h: Any) -> int:
     """The keeper's loop (``h``: the :class:`~.student.StudentHarness`); returns the exit code."""
-    i, ops = 0, []
+    i, ops = 0, list[str]()
     while True:
         code = _phase(h, i, ops)
         if code != 0:

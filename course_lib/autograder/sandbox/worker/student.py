@@ -1,19 +1,18 @@
-"""The jailed student process: the notebook's cells, then the grader's calls.
+"""The jailed student process: the notebook's cells, then the grader's calls, in phases.
 
 Forked by the zygote (:mod:`.zygote`) as PID 1 of a new PID namespace, it sets up its jail as
 root (:mod:`.jail`), reads its job from the grader's requests pipe, reports "setup done" on a
 pipe that it closes before any student code runs (so a failed setup is told apart from
-anything a student can do), drops to an unprivileged uid with the seccomp filter, runs the
-cells, then answers the grader's calls **one at a time**, in the order sent. No call's inputs
-are sent before the cells have all run; then the grader sends all the calls of one function
-together (:class:`~course_lib.autograder.sandbox.runner.Runner`).
+anything a student can do), drops to an unprivileged uid with the seccomp filter, and becomes
+the job's *keeper* (:mod:`.phases`): it never runs student code, but forks one process per
+phase that runs the cells and answers that phase's calls **one at a time**, in the order sent.
+No call's inputs are sent before the cells have all run; then the grader sends all the calls
+of one function together (:class:`~course_lib.autograder.sandbox.runner.Runner`).
 
-Every frame it sends carries a sequence number and an HMAC under the job's key
-(:func:`.protocol.encode_signed_frame`). Student code shares this process, so it can write to
-the pipe; without the key (which only introspection of the harness could find, and the static
-scan flags introspection) a written frame is a forgery, and the grader holds the submission
-for review. What the student prints goes to a different pipe, so printed text can never pass
-for a result.
+Every frame carries a sequence number and an HMAC (:func:`.protocol.encode_signed_frame`)
+under a key that the keeper announces per phase, so bytes written to the pipe without the
+phase's key are told apart; the keeper's own frames use keys its children never hold. What
+the student prints goes to a different pipe, so printed text can never pass for a result.
 """
 
 from __future__ import annotations
