@@ -202,6 +202,37 @@ def attacks(tmp: Path) -> dict[str, tuple[bytes, bytes | None]]:
             ),
             nothing,
         ),
+        # -- 2b. the watch, the encoding and the harness (round 2, items 1 and 2) -------------
+        "work_left_for_the_encoding": (
+            notebook(
+                SETUP,
+                "torch.Tensor.detach = lambda self: torch.softmax(self, -1)\n\n"
+                "def softmax(x, dim=-1):\n    return x + 0",
+            ),
+            nothing,
+        ),
+        "watch_switched_off": (
+            notebook(
+                SETUP,
+                "watch = [c for c in object.__subclasses__() if c.__name__ == 'OpWatch'][0]\n"
+                "watch.__enter__ = lambda self: self\nwatch.__exit__ = lambda self, *e: False",
+                "def softmax(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x, dim)",
+            ),
+            nothing,
+        ),
+        "harness_from_a_signal_frame": (
+            notebook(
+                SETUP,
+                "import signal\nfound = {}\n\ndef grab(signum, frame):\n    while frame is not None:\n"
+                "        h = frame.f_locals.get('self')\n        if hasattr(h, 'sender'):\n"
+                "            found['h'] = h\n        frame = frame.f_back\n\n"
+                "signal.signal(signal.SIGUSR1, grab)\nos.kill(os.getpid(), signal.SIGUSR1)\n"
+                "for i in range(8):\n    found['h'].sender.send({'t': 'reply', 'id': i, 'status': 'ok', "
+                "'value': {'t': 'int', 'v': 1}})",
+                "def softmax(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x, dim)",
+            ),
+            nothing,
+        ),
         # -- 3. points for non-implementations -----------------------------------------------
         "uniform_weights": (
             notebook(
@@ -663,7 +694,8 @@ def _leaked(text: str) -> list[str]:
 
 def _hidden_values() -> tuple[set[str], set[str]]:
     """The first values of every floating-point input of every case, with and without the seed,
-    as 4-decimal text (0 and +-1 left out: they occur in any text) and in full."""
+    as 4-decimal text (0 and +-1 left out: they occur in any text) and in full (when that is
+    long enough not to occur by chance, as 0.75 does)."""
     values, full = set(), set()
     for name in ASSIGNMENTS[A]:
         for seed in (None, SEED):
@@ -672,7 +704,7 @@ def _hidden_values() -> tuple[set[str], set[str]]:
                     for a in call.args:
                         if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 2:
                             values.update(f"{float(v):.4f}" for v in a.flatten()[:3] if v.isfinite())
-                            full.update(repr(float(v)) for v in a.flatten()[:3] if v.isfinite() and v % 1)
+                            full.update(r for r in (repr(float(v)) for v in a.flatten()[:3]) if len(r) > 8)
     return values - {"0.0000", "1.0000", "-1.0000"}, full
 
 
