@@ -317,10 +317,8 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         messages.append(result.message)
     if result.status == "review":
         flags += [f"review: {v}" for v in result.violations]
-        reports = [
-            zero_report(ex, "forbidden", "held for review: the notebook tampered with the grading", seed)
-            for ex in exercises
-        ]
+        why = result.violations[0] if result.violations else "the grader could not trust what came back"
+        reports = [zero_report(ex, "forbidden", f"held for an instructor to review: {why}", seed) for ex in exercises]
         return _record(assignment, digest, "review", reports, messages, isolation, seed, flags, fallbacks, written)
     errors = sorted(scan.problems + [student_message(e) for e in result.cell_errors], key=_cell_number)
     messages += [f"Error while running your notebook, {_code_cell(e)}" for e in errors[:10]]

@@ -29,7 +29,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["OpWatch", "refuse_operators", "resolve", "wrap_operators"]
+__all__ = ["OpWatch", "refuse_operators", "refusals", "resolve", "wrap_operators"]
 
 
 _RESOLVED: dict = {}  # dotted path -> the object it named when first resolved in this process
@@ -163,16 +163,25 @@ def wrap_operators(names):
         _WRAPPED[name] = lib
 
 
+_REFUSALS = [0]  # how many times a refusing kernel ran in this process
+
+
+def refusals():
+    """How many times a refused operator was called in this process (see :func:`refuse_operators`)."""
+    return _REFUSALS[0]
+
+
 def _refusing(name, why):
     """A kernel for the operator ``name`` that tells the active watches, then refuses to run."""
 
     def run(keyset, *args, **kwargs):
         try:
+            _REFUSALS[0] += 1
             for watch in _active():
                 watch._saw(f"the operator {name}")
         except Exception:  # noqa: BLE001, S110 - whatever the watches' state, the refusal stands
             pass
-        raise RuntimeError(f"{name} is not available while this function is graded ({why})")
+        raise RuntimeError(f"{name} is refused while grading the functions that may not use it ({why})")
 
     return run
 

@@ -233,6 +233,17 @@ def attacks(tmp: Path) -> dict[str, tuple[bytes, bytes | None]]:
             ),
             nothing,
         ),
+        "stand_in_asked_for_n_squared": (  # item 8: the reference, in the grader, on 12,000 x 12,000
+            notebook(
+                SETUP,
+                HONEST_SOFTMAX,
+                "def scaled_dot_product_attention(q, k, v, mask=None):\n    return v, q\n\n"
+                "def self_attention(x, W_q, W_k, W_v, mask=None):\n    n = 12_000\n"
+                "    _, w = scaled_dot_product_attention(torch.ones(n, 1, 1), torch.ones(1, n, 1), torch.ones(1, n, 1))\n"
+                "    return x @ W_v, w.sum() * torch.ones(*x.shape[:-1], x.shape[-2])",
+            ),
+            notebook(SETUP, HONEST_SOFTMAX),
+        ),
         # -- 3. points for non-implementations -----------------------------------------------
         "uniform_weights": (
             notebook(

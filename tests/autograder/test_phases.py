@@ -56,12 +56,14 @@ def test_phases_group_functions_by_what_they_forbid_and_keep_stand_in_runs_last(
     assert phases[0] == ([], ["free"])  # the cells as written, with what forbids nothing
     assert [keys for _, keys in phases[1:]] == [["a", "c"], ["b", "b+"]]
     assert phases[1][0] == SOFTMAX["ops"] and "aten::_softmax" in phases[1][0]
+    del job.calls["free"]  # nothing forbids nothing: the first group's phase reports the cells
+    assert [keys for _, keys in plan_phases(job)] == [["a", "c"], ["b", "b+"]]
 
 
 def test_the_forbidden_operator_is_refused_in_the_call_and_named(runner):
     res = graded(runner, ["import torch\ndef softmax(x):\n    return torch.softmax(x, -1)"], {"softmax": [Call((X,))]})
     (out,) = res.outcomes["softmax"]
-    assert res.status == "ok" and out.status == "error" and "not available while this function is graded" in out.message
+    assert res.status == "ok" and out.status == "error" and "refused while grading the functions" in out.message
     assert "torch.softmax" in out.seen  # the runtime layer's note still names it
     check_honest(runner.run(honest_job()[0]))
 
@@ -91,7 +93,11 @@ def test_a_table_filled_while_the_cells_ran_is_filled_again_without_the_operator
         "def softmax(x):\n    return TABLE[x.sum().item()]",
     ]
     res = graded(runner, cells, {"softmax": [Call((X,))]})
-    assert res.cell_errors == [] and not earned(res.outcomes["softmax"][0]), res  # as written, the cells ran fine
+    assert not earned(res.outcomes["softmax"][0]), res
+    assert res.cell_errors == [
+        "cell 1: RuntimeError: aten::_softmax is refused while grading the functions that "
+        "may not use it (the exercise asks you to write this yourself)"
+    ]
     check_honest(runner.run(honest_job()[0]))
 
 
@@ -167,10 +173,13 @@ def test_an_honest_comparison_with_torch_after_the_definition_keeps_full_marks(r
 def test_an_honest_comparison_before_the_definition_is_reviewed_not_scored_zero(runner):
     # the cell calls torch.softmax first: with it refused, the re-run never reaches the def
     cells = ["import torch\nprint(torch.softmax(torch.ones(3), -1))\n" + OWN_SOFTMAX]
-    res = graded(runner, cells, {"softmax": [Call((X,))]})
-    assert res.status == "review" and res.cell_errors == [], res
-    assert any("was defined when the notebook ran" in v for v in res.violations)
-    assert "held for review" in res.outcomes["softmax"][0].message
+    for free in ([], ["attention_weights"]):  # the cells reported as written, or with softmax refused
+        calls = {"softmax": [Call((X,))], **{f: [Call((X,))] for f in free}}
+        res = graded(runner, cells + ["def attention_weights(s):\n    return s"], calls)
+        assert res.status == "review" and ("refused" in str(res.cell_errors)) == (not free), res
+        assert any("a cell called one of them" in v for v in res.violations)
+        assert "held for review" in res.outcomes["softmax"][0].message
+        assert res.missing == []
 
 
 def test_mkldnn_and_torch_ops_reach_the_same_refusal(runner):
@@ -180,3 +189,9 @@ def test_mkldnn_and_torch_ops_reach_the_same_refusal(runner):
     ]
     res = graded(runner, cells, {"softmax": [Call((X,))], "softmax_ops": [Call((X,))]}, ("softmax", "softmax_ops"))
     assert not earned(res.outcomes["softmax"][0]) and not earned(res.outcomes["softmax_ops"][0]), res
+
+
+def test_a_function_never_written_is_missing_not_reviewed(runner):
+    # with no refused operator called while the cells ran, the run is the notebook as written
+    res = graded(runner, ["import torch\nx = torch.ones(3)"], {"softmax": [Call((X,))]})
+    assert res.status == "ok" and res.missing == ["softmax"] and res.violations == [], res

@@ -96,9 +96,9 @@ _DRAIN_SECONDS = 1.0  # after the end packet: for what the student's process wro
 
 def plan_phases(job: Job) -> list[tuple[list[str], list[str]]]:
     """The job's phases (:mod:`.worker.phases`): (the aten operators refused, the run keys
-    answered), in order. Phase 0 runs the cells as written and answers the functions that
-    forbid no operator; the others are grouped by the operators they forbid, each group in a
-    process of its own, the cells run again there. Own runs come before the stand-in runs
+    answered), in order. The functions are grouped by the operators they forbid, each group in
+    a process of its own that runs the cells; those that forbid none come first (phase 0 then
+    refuses nothing), and phase 0 is the one whose cells are reported. Own runs come before the stand-in runs
     (whose need is decided from the own runs' outcomes), and the group the first stand-in run
     shares comes last among the own runs, so that the two merge."""
 
@@ -121,6 +121,8 @@ def plan_phases(job: Job) -> list[tuple[list[str], list[str]]]:
             phases[-1][1].append(key)
         else:
             phases.append((list(ops(key)), [key]))
+    if not phases[0][1] and len(phases) > 1:
+        phases.pop(0)  # no function forbids nothing: the first group's phase reports the cells
     return phases
 
 
@@ -276,7 +278,8 @@ class _Conversation:
         self.k = 0  # the next call's id
         self.phases = plan_phases(job)
         self.child_end: dict | None = None  # how a phase's process ended, when not cleanly
-        self.lost: set[str] = set()  # defined in phase 0, not when the cells ran again
+        self.lost: set[str] = set()  # functions held for review: the runs of the cells disagree
+        self.refused0 = False  # whether phase 0's cells called a refused operator
         self.standin_spent = 0.0  # seconds of stand-in reference calls so far
         self.budget = Budget()
         self.cells_done = False
@@ -461,8 +464,7 @@ class _Conversation:
                 return g["end"]
             if i == 0:
                 self._cells_done(g)
-            else:
-                self._ready(g, ops, keys)
+            self._ready(g, ops, keys)
             end = self._serve(keys)
             if end is not None:
                 return end
@@ -484,28 +486,46 @@ class _Conversation:
 
     def _cells_done(self, g: dict) -> None:
         self.cells_done = True
+        self.refused0 = g.get("refused") not in (0, None)
         self.missing = [n for n in g.get("missing", []) if n in self.outcomes][:100]
         own = g.get("not_own", {})
         if isinstance(own, dict):
             self.not_own = {n: _clip_str(v, 200) for n, v in own.items() if n in self.outcomes}
 
     def _ready(self, g: dict, ops: list[str], keys: list[str]) -> None:
-        """A later phase ran the cells again with ``ops`` refused: a function defined the
-        first time but not this time is held for review, not scored 0 (an honest cell may call
-        a forbidden function, say to compare, before it defines one)."""
-        gone = g.get("missing", [])
-        own = g.get("not_own", {})
+        """Whether the phase's functions exist, from its own run of the cells. A run in which no
+        refused operator was called is the notebook as written. One in which one was may have
+        stopped a cell before a ``def`` (an honest cell that compares with torch's function
+        first): a function it did not define is held for review, not scored 0; so is one that
+        two runs as written disagree on."""
+        gone, own = g.get("missing", []), g.get("not_own", {})
+        gone = gone if isinstance(gone, list) else []
+        own = own if isinstance(own, dict) else {}
+        refused = g.get("refused") not in (0, None)
         for key in keys:
             name = self.job.standins.get(key, (key, []))[0]
-            if name in self.missing or name in self.not_own or name in self.lost:
+            if name in self.lost:
                 continue
-            if (isinstance(gone, list) and name in gone) or (isinstance(own, dict) and name in own):
+            here, before = name in gone or name in own, name in self.missing or name in self.not_own
+            if here and before and not self.refused0:
+                continue  # missing in the notebook as written: reported as such
+            self.missing = [n for n in self.missing if n != name]  # defined, or decided below
+            self.not_own.pop(name, None)
+            if not here:
+                continue
+            if refused or not before:
                 self.lost.add(name)
                 self.violations.append(
-                    f"{name} was defined when the notebook ran, but not when it ran again with the "
-                    f"operators it may not use refused ({', '.join(ops[:3])}...): a cell that "
-                    "defines it calls one of them first?"
+                    f"{name} was not defined when the cells ran with the operators it may not use refused "
+                    f"({', '.join(ops[:3])}...), and a cell called one of them: does a cell that defines it "
+                    "call one first?"
+                    if refused
+                    else f"{name} was defined in one run of the notebook's cells and not in another"
                 )
+            elif name in own:  # this run is the notebook as written (phase 0's was not)
+                self.not_own[name] = _clip_str(own[name], 200)
+            else:
+                self.missing.append(name)
 
     def _serve(self, keys: list[str]) -> dict | None:
         """The calls of ``keys`` (one function's together); the end packet if the process ended."""
@@ -869,6 +889,7 @@ class Runner:
             "limits": self._limits(),
             "key": key.hex(),
             "audit": self.audit_hook,
+            "ops0": plan_phases(job)[0][0],
         }
 
     # ------------------------------------------------------------ public
@@ -970,8 +991,8 @@ class Runner:
         kind, detail = ending.kind, ending.detail
         if status == "review":
             return (
-                "Your notebook's process sent the grader data it did not ask for (" + detail + "). Nothing "
-                "it sent is graded: the submission is held for an instructor to review."
+                "The grader could not trust or settle what your notebook's runs gave (" + detail + "). Nothing "
+                "it sent is graded yet: the submission is held for an instructor to review."
             )
         if status == "timeout":
             return (

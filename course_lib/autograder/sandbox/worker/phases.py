@@ -2,17 +2,22 @@
 line of student code without its forbidden operators refused.
 
 The jailed process that reads the job (PID 1 of its namespace, "the keeper") never runs student
-code itself. For each phase the grader asks for, it forks a fresh process from its own
-pristine state:
+code itself. For each phase (:func:`course_lib.autograder.sandbox.runner.plan_phases`), it forks
+a fresh process from its own pristine state:
 
-* **phase 0** runs the notebook's cells as the student wrote them (their errors and output are
-  what the grader reports), then answers the calls of the functions that forbid no operator;
-* **every later phase** first makes the kernels of its functions' forbidden aten operators
-  refuse to run (:func:`course_lib.grading.opwatch.refuse_operators`, held by an audit hook
-  where no code can reach them, :mod:`.audit`), then runs the cells again, silently, then
-  answers its functions' calls. A forbidden operator cannot run in that process at all: not
-  in a call, not when its result is encoded, not in a helper, a thread, a mode left behind or
-  a table filled while the cells ran.
+* in **every phase** the process first makes the kernels of its functions' forbidden aten
+  operators refuse to run (:func:`course_lib.grading.opwatch.refuse_operators`, held by an
+  audit hook where no code can reach them, :mod:`.audit`), then runs the notebook's cells,
+  then answers its functions' calls. A forbidden operator cannot run in that process at all:
+  not in a call, not when its result is encoded, not in a helper, a thread, a mode left behind
+  or a table filled while the cells ran;
+* **phase 0** reports the cells (their errors and output are what the grader tells the
+  student): it refuses nothing when it answers the functions that forbid nothing, else the
+  first group's operators; the later phases run the cells silently.
+
+The grader is told how often a refused operator was called while the cells ran: when it was,
+a function that the run did not define may exist as the student wrote it (an honest cell that
+compares with ``torch.softmax`` before its ``def``), and it is held for review, not scored 0.
 
 Between phases the keeper waits for the phase's process to end, kills whatever it left
 running, and only then tells the grader the phase is over; the next phase's inputs are sent
@@ -36,7 +41,7 @@ WHY = "the exercise asks you to write this yourself"
 
 def run(h: Any) -> int:
     """The keeper's loop (``h``: the :class:`~.student.StudentHarness`); returns the exit code."""
-    i, ops = 0, list[str]()
+    i, ops = 0, h.ops0
     while True:
         code = _phase(h, i, ops)
         if code != 0:
@@ -89,12 +94,24 @@ def _phase(h: Any, i: int, ops: list[str]) -> int:
     h.psender.rekey(end_key, restart=False)
     os.write(go_w, b"g")
     os.close(go_w)
-    status = os.waitpid(pid, 0)[1]
+    status = _wait_for(pid)
     h._kill_strays()
     code = os.waitstatus_to_exitcode(status)
     end: dict[str, Any] = {"t": "phase_end", "i": i, "code": code}
     h.psender.send(end)
     return 0 if code == 0 else (code & 0xFF) or 70
+
+
+def _wait_for(pid: int) -> int:
+    """The wait status of child ``pid``, reaping on the way the orphans of the phase (the
+    processes its cells started are reparented to the keeper)."""
+    while True:
+        try:
+            got, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        if got == pid:
+            return status
 
 
 def _child(h: Any, i: int, ops: list[str]) -> int:

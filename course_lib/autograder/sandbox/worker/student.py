@@ -367,6 +367,7 @@ def run_student(
         (resource.RLIMIT_MSGQUEUE, 0),
     )
     harness = StudentHarness(job, limits, watch_module)  # the watches resolved before any student code runs
+    harness.isolated = isolated  # in a PID namespace of its own: kill(-1) reaches only the job
     drop_privileges(isolated, uid, rlimits)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -429,9 +430,12 @@ class StudentHarness:
         self.cell_seconds = float(limits["cell_seconds"])
         self.sender = _Sender(RESULTS_FD, bytes.fromhex(job["key"]))  # each phase's process's, rekeyed per phase
         self.psender = _Sender(RESULTS_FD, bytes.fromhex(job["key"]))  # this process's own (phases.py)
-        self.refuse = watch_module.refuse_operators
+        self.refuse, self.refusals = watch_module.refuse_operators, watch_module.refusals
+        first = job.get("ops0")  # the first phase's refused operators (phases.py)
+        self.ops0 = [o for o in first if isinstance(o, str)][:500] if isinstance(first, list) else []
         self.silent = False
         self.audit = job.get("audit") is not False
+        self.isolated = False  # set by run_student
         from torch.overrides import TorchFunctionMode
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -453,8 +457,10 @@ class StudentHarness:
         """Kill every other process in this PID namespace (fork bombs, daemons, leftovers) and
         reap them (for up to ``wait`` seconds: until reaped they still count against the uid's
         process limit). The kill is repeated while any is left: a process forked while the
-        first went round is killed by the next."""
-        if os.getpid() == 1 and os.getuid() != 0:
+        first went round is killed by the next. From a phase's process (the keeper, PID 1, is
+        its parent) the kill spares the keeper and itself, and the keeper reaps the orphans."""
+        in_namespace = self.isolated and os.getuid() != 0 and (os.getpid() == 1 or os.getppid() == 1)
+        if in_namespace:
             until = time.monotonic() + wait
             while True:
                 try:
@@ -609,6 +615,7 @@ class StudentHarness:
         behind, the calls run in a fork of this process from this thread, where those
         threads do not exist; this process then closes its end of the channel and waits."""
         signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        self._kill_strays()  # what the cells left running
         if self._threads() == 1:
             return self._serve_calls(ns, first)
         for _attempt in range(50):
@@ -650,7 +657,8 @@ class StudentHarness:
                 why = self._own_function(fn)
                 if why:
                     not_own[name] = why
-        self.sender.send({"t": "cells_done" if first else "ready", "missing": missing, "not_own": not_own})
+        kind = "cells_done" if first else "ready"
+        self.sender.send({"t": kind, "missing": missing, "not_own": not_own, "refused": self.refusals()})
         while True:
             try:
                 header, blobs = self._request()
