@@ -195,3 +195,28 @@ def test_a_function_never_written_is_missing_not_reviewed(runner):
     # with no refused operator called while the cells ran, the run is the notebook as written
     res = graded(runner, ["import torch\nx = torch.ones(3)"], {"softmax": [Call((X,))]})
     assert res.status == "ok" and res.missing == ["softmax"] and res.violations == [], res
+
+
+DAEMON = """
+import os, time
+if os.fork() == 0:  # a process that outlives the cells, reading the grader's requests
+    try:
+        os.setsid()
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            data = os.read(4, 1 << 16)
+            if b'"ops"' in data or b'softmax' in data:
+                os.write(1, b'LEAKED ' + data[:40] + b'\\n')
+    finally:
+        os._exit(0)
+"""
+
+
+def test_nothing_started_in_one_phase_outlives_it_to_read_the_next(runner):
+    # phase 0 answers a function that forbids nothing; a process its cells started would read
+    # the next phase's requests (softmax's inputs) if it were still alive when they are sent
+    cells = [DAEMON, OWN_SOFTMAX, "def attention_weights(s):\n    return s"]
+    res = graded(runner, cells, {"attention_weights": [Call((X,))], "softmax": [Call((X,))]})
+    assert "LEAKED" not in res.output_tail
+    assert earned(res.outcomes["softmax"][0]), res  # its requests reached its own phase's process
+    check_honest(runner.run(honest_job()[0]))
