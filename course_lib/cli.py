@@ -52,13 +52,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return int(module.main(repeats=args.repeats, threads=args.threads))
 
 
+def _device(args: argparse.Namespace) -> str | None:
+    """``args.device`` checked (None after printing why it cannot be used)."""
+    from .training import resolve_device
+
+    try:
+        resolve_device(args.device)
+    except ValueError as err:
+        print(f"course-lib {args.command}: {err}", file=sys.stderr)
+        return None
+    return args.device
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .training import default_config, train
 
+    if _device(args) is None:
+        return 2
     overrides = {"steps": args.steps} if args.steps else {}
     config = default_config(args.task, args.model, seed=args.seed, **overrides)
     out = args.out or f"checkpoints/{args.task}-{args.model}-seed{args.seed}.pt"
-    _, _, metrics = train(config, out=out, threads=args.threads)
+    _, _, metrics = train(config, out=out, threads=args.threads, device=args.device)
     print(f"trained {args.model} on {args.task} for {config.steps} steps in {metrics['train_seconds']:.1f} s")
     print(f"held-out exact-sequence accuracy: {metrics['test_exact_accuracy']:.2%} (1,000 test sequences)")
     print(f"checkpoint: {out}")
@@ -68,7 +82,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .training import evaluate, load_checkpoint
 
-    model, task, _ = load_checkpoint(args.checkpoint)
+    if _device(args) is None:
+        return 2
+    model, task, _ = load_checkpoint(args.checkpoint, args.device)
     accuracy = evaluate(model, task, n=args.n, seed=args.seed)
     print(f"exact-sequence accuracy: {accuracy:.2%} on {args.n} fresh {task.name} test sequences (seed {args.seed})")
     return 0
@@ -76,14 +92,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _cmd_decode(args: argparse.Namespace) -> int:
     from .decoding import beam_search, greedy_decode
-    from .training import load_checkpoint
+    from .training import load_checkpoint, model_device
 
-    model, task, _ = load_checkpoint(args.checkpoint)
+    if _device(args) is None:
+        return 2
+    model, task, _ = load_checkpoint(args.checkpoint, args.device)
     try:
         src, _, _ = task.batch([(task.parse(args.input), [])])  # (1, S)
     except ValueError as err:
         print(f"course-lib decode: cannot read {args.input!r} as {task.name} input: {err}", file=sys.stderr)
         return 2
+    src = src.to(model_device(model))
     max_len = task.max_tgt_len + 1
     if args.beam > 1:
         tokens = beam_search(model, src, beam_size=args.beam, max_len=max_len)
@@ -108,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .models import MODELS
     from .tasks import TASKS
+    from .training import DEVICES
 
     p = sub.add_parser("train", help="train a model on a toy task and save a checkpoint")
     p.add_argument("task", choices=TASKS)
@@ -116,16 +136,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the tuned number)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
     p.add_argument("--out", default=None, help="checkpoint path (default: checkpoints/TASK-MODEL-seedN.pt)")
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where to run (default: auto, CUDA when available, else the CPU)",
+    )
     p.set_defaults(func=_cmd_train)
     p = sub.add_parser("evaluate", help="exact-sequence accuracy of a checkpoint on fresh test sequences")
     p.add_argument("checkpoint")
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where to run (default: auto, CUDA when available, else the CPU)",
+    )
     p.set_defaults(func=_cmd_evaluate)
     p = sub.add_parser("decode", help="print a checkpoint's output for one input")
     p.add_argument("checkpoint")
     p.add_argument("input", help='e.g. "3 1 4 1 5" for reverse, "21 Nov 2026" for dates')
     p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where to run (default: auto, CUDA when available, else the CPU)",
+    )
     p.set_defaults(func=_cmd_decode)
     from .autograder.cli import add_subcommands
 

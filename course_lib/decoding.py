@@ -166,9 +166,9 @@ def beam_search(model: Decodable, src: torch.Tensor, beam_size: int, max_len: in
         raise ValueError(f"beam_search: argument 'beam_size' must be a positive int, got {beam_size!r}")
     state = model.start(src)
     seqs: list[list[int]] = [[]]  # alive hypotheses
-    scores = torch.zeros(1)  # their summed log-probabilities
+    scores = torch.zeros(1, device=src.device)  # their summed log-probabilities
     finished: list[tuple[float, list[int]]] = []
-    last = torch.tensor([BOS])
+    last = torch.tensor([BOS], device=src.device)
     for _ in range(max_len):
         log_probs, state, _ = model.next_log_probs(state, last)  # (B, V)
         total = (scores[:, None] + log_probs).flatten()  # (B * V,)
@@ -193,9 +193,10 @@ def beam_search(model: Decodable, src: torch.Tensor, beam_size: int, max_len: in
         best_finished = max((f[0] for f in finished), default=-math.inf)
         if best_finished >= max(new_scores) / max_len**alpha:
             break
-        index = torch.tensor(keep)
+        index = torch.tensor(keep, device=src.device)
         state = _map_state(state, lambda x, index=index: x.index_select(0, index) if x.dim() else x)
-        seqs, scores, last = new_seqs, torch.tensor(new_scores), torch.tensor([s[-1] for s in new_seqs])
+        seqs, scores = new_seqs, torch.tensor(new_scores, device=src.device)
+        last = torch.tensor([s[-1] for s in new_seqs], device=src.device)
     if not finished:  # nothing ended in time: rank what is alive
         finished = [(s / len(q) ** alpha, q) for s, q in zip(scores.tolist(), seqs, strict=False)]
     return max(finished, key=lambda f: f[0])[1]

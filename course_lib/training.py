@@ -21,6 +21,9 @@ from .models import MODELS, build_model
 from .tasks import PAD, Task, get_task
 
 __all__ = [
+    "DEVICES",
+    "resolve_device",
+    "model_device",
     "TrainConfig",
     "default_config",
     "train",
@@ -30,6 +33,40 @@ __all__ = [
     "load_checkpoint",
     "cache_key",
 ]
+
+
+#: What ``device`` may name (``auto``: CUDA when available, else the CPU).
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """The :class:`torch.device` that ``device`` names (one of :data:`DEVICES`, or a
+    ``torch.device``, ``"meta"`` included); ``"auto"`` is CUDA when it is available, else the CPU.
+
+    Raises:
+        ValueError: ``device`` names no device, or one this machine does not have.
+    """
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"resolve_device: argument 'device' must be a str or torch.device, got {type(device).__name__}")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in (*DEVICES, "meta"):
+        raise ValueError(f"resolve_device: argument 'device' must be one of {', '.join(DEVICES)}, got {device!r}")
+    missing = (device == "cuda" and not torch.cuda.is_available()) or (
+        device == "mps" and not torch.backends.mps.is_available()
+    )
+    if missing:
+        raise ValueError(f"resolve_device: argument 'device' is {device!r}, which this machine does not have")
+    return torch.device(device)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model``'s parameters (or buffers) live; the CPU for a model with neither."""
+    for t in (*model.parameters(), *model.buffers()):
+        return t.device
+    return torch.device("cpu")
 
 
 @dataclasses.dataclass
@@ -98,6 +135,7 @@ def train(
     progress: bool = True,
     threads: int | None = None,
     cache_dir: str | Path | None = None,
+    device: str | torch.device = "cpu",
 ):
     """Train a model; returns ``(model, task, metrics)`` and saves a checkpoint to ``out``.
 
@@ -115,11 +153,16 @@ def train(
             metrics instead of training, a miss trains and saves the run there. The
             returned values are the same either way (``metrics["train_seconds"]`` is the
             time the original training took).
+        device: where to train (:func:`resolve_device`: ``"cpu"``, ``"cuda"``, ``"mps"`` or
+            ``"auto"``). The weights are initialised on the CPU from the seed and then moved,
+            so a seed starts every device from the same model; on the CPU the result is the
+            same, bit for bit, as without the argument.
     """
     threads = threads or torch.get_num_threads()
+    device = resolve_device(device)
     if cache_dir is not None:
-        path = Path(cache_dir) / f"{config.model}-{config.task}-{cache_key(config, threads)}.pt"
-        hit = _load_cached(path, config)
+        path = Path(cache_dir) / f"{config.model}-{config.task}-{cache_key(config, threads, device)}.pt"
+        hit = _load_cached(path, config, device)
         if hit is not None:
             model, task, metrics = hit
             if out is not None:
@@ -128,7 +171,7 @@ def train(
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        model, task, metrics = _train(config, out, progress)
+        model, task, metrics = _train(config, out, progress, device)
     finally:
         torch.set_num_threads(previous_threads)
     if cache_dir is not None:
@@ -144,10 +187,10 @@ def _source_hash() -> str:
     return digest.hexdigest()
 
 
-def cache_key(config: TrainConfig, threads: int | None = None) -> str:
+def cache_key(config: TrainConfig, threads: int | None = None, device: str | torch.device = "cpu") -> str:
     """The key of a run in ``train(..., cache_dir=...)``: a hash of the whole config, the number
-    of torch threads (default: the current number), the source of course_lib (every
-    ``course_lib/*.py``) and the torch version.
+    of torch threads (default: the current number), the device's type, the source of
+    course_lib (every ``course_lib/*.py``) and the torch version.
 
     The threads are part of the key because a matrix product may round differently with
     another number of threads, so the weights can differ in their last bits (the GRU models'
@@ -156,6 +199,7 @@ def cache_key(config: TrainConfig, threads: int | None = None) -> str:
         {
             "config": dataclasses.asdict(config),
             "threads": threads or torch.get_num_threads(),
+            **({} if resolve_device(device).type == "cpu" else {"device": resolve_device(device).type}),
             "source": _source_hash(),
             "torch": torch.__version__,
         },
@@ -165,12 +209,12 @@ def cache_key(config: TrainConfig, threads: int | None = None) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
-def _load_cached(path: Path, config: TrainConfig):
+def _load_cached(path: Path, config: TrainConfig, device: torch.device):
     """``(model, task, metrics)`` from a cached run, or None when there is none (or it is unreadable)."""
     if not path.is_file():
         return None
     try:
-        model, task, ckpt = load_checkpoint(path)
+        model, task, ckpt = load_checkpoint(path, device)
     except Exception:  # noqa: BLE001 (a file from an interrupted or incompatible run: train again)
         return None
     if ckpt["config"] != dataclasses.asdict(config):
@@ -178,20 +222,22 @@ def _load_cached(path: Path, config: TrainConfig):
     return model, task, ckpt["metrics"]
 
 
-def _train(config: TrainConfig, out, progress: bool):
+def _train(config: TrainConfig, out, progress: bool, device: torch.device):
     torch.manual_seed(config.seed)
     task = get_task(config.task, **config.task_kwargs)
     model = build_model(config.model, len(task.src_vocab), len(task.tgt_vocab), **config.model_kwargs)
+    model.to(device)  # after the seeded initialisation on the CPU: the same start on every device
     # fused: one kernel for every parameter's update (the same Adam, about 10% less time per
     # step for these small models, where the optimiser step is a fifth of the time).
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    fused = device.type in ("cpu", "cuda")
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config.warmup, config.steps))
     stream = task.stream("train", config.seed)
     start, start_cpu = time.perf_counter(), time.process_time()
     bar = tqdm(range(config.steps), desc=f"{config.model} on {config.task}", disable=not progress, mininterval=0.5)
     model.train()
     for step in bar:
-        src, tgt_in, tgt_out = task.batch([next(stream) for _ in range(config.batch_size)])
+        src, tgt_in, tgt_out = (t.to(device) for t in task.batch([next(stream) for _ in range(config.batch_size)]))
         logits = model(src, tgt_in)
         if isinstance(logits, tuple):  # the RNN models also return attention weights
             logits = logits[0]
@@ -221,13 +267,15 @@ def _train(config: TrainConfig, out, progress: bool):
 
 @torch.no_grad()
 def evaluate(model, task: Task, n: int = 1000, seed: int = 0, split: str = "test", batch_size: int = 500) -> float:
-    """Exact-sequence accuracy of greedy decoding on ``n`` fresh examples of ``split``."""
+    """Exact-sequence accuracy of greedy decoding on ``n`` fresh examples of ``split`` (on the
+    model's device)."""
     model.eval()
+    device = model_device(model)
     examples = task.examples(split, n, seed)
     correct = 0
     for i in range(0, n, batch_size):
         chunk = examples[i : i + batch_size]
-        src, _, _ = task.batch(chunk)
+        src = task.batch(chunk)[0].to(device)
         tokens = greedy_decode(model, src, max_len=task.max_tgt_len + 1)
         correct += sum(task.tgt_vocab.decode(row) == tgt for row, (_, tgt) in zip(tokens.tolist(), chunk, strict=False))
     return correct / n
@@ -321,8 +369,10 @@ def save_checkpoint(path, model, task: Task, config: TrainConfig, metrics: dict)
         raise
 
 
-def load_checkpoint(path):
-    """Rebuild ``(model, task, checkpoint)`` from :func:`save_checkpoint`'s file (safe: weights only)."""
+def load_checkpoint(path, device: str | torch.device = "cpu"):
+    """Rebuild ``(model, task, checkpoint)`` from :func:`save_checkpoint`'s file (safe: weights
+    only), the model on ``device`` (:func:`resolve_device`) whichever device saved it."""
+    device = resolve_device(device)
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     config = TrainConfig(**ckpt["config"])
     task = get_task(config.task, **config.task_kwargs)
@@ -330,4 +380,4 @@ def load_checkpoint(path):
         raise ValueError(f"{path}: the checkpoint's vocabulary differs from task {config.task!r}'s")
     model = build_model(config.model, len(task.src_vocab), len(task.tgt_vocab), **config.model_kwargs)
     model.load_state_dict(ckpt["state_dict"])
-    return model.eval(), task, ckpt
+    return model.to(device).eval(), task, ckpt

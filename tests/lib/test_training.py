@@ -19,6 +19,7 @@ from course_lib.training import (
     default_config,
     evaluate,
     load_checkpoint,
+    resolve_device,
     train,
 )
 
@@ -199,3 +200,53 @@ def test_cli_train_evaluate_decode(tmp_path):
 def test_cli_rejects_an_unknown_task():
     result = run_cli("train", "french")
     assert result.returncode == 2 and "invalid choice: 'french'" in result.stderr
+
+
+# -- any device: the plumbing, tested on the CPU (the meta device stands in for another) --------
+
+
+def test_auto_is_cuda_when_available_else_the_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+
+
+def test_a_device_the_machine_lacks_or_no_device_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="argument 'device' is 'cuda', which this machine does not have"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="argument 'device' must be one of auto, cpu, cuda, mps, got 'gpu'"):
+        resolve_device("gpu")
+    with pytest.raises(TypeError, match="argument 'device' must be a str or torch.device, got int"):
+        resolve_device(0)
+
+
+def test_training_on_the_cpu_device_is_bit_identical_to_training_without_it():
+    config = default_config("reverse", "transformer", seed=3, steps=4)
+    plain, _, m1 = train(config, progress=False, threads=1)
+    placed, _, m2 = train(config, progress=False, threads=1, device="cpu")
+    for (name, a), (_, b) in zip(plain.state_dict().items(), placed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert m1["final_loss"] == m2["final_loss"] and m1["test_exact_accuracy"] == m2["test_exact_accuracy"]
+
+
+def test_a_checkpoint_loads_onto_another_device(tmp_path):
+    config = default_config("reverse", "transformer", seed=1, steps=2)
+    model, _, _ = train(config, out=tmp_path / "m.pt", progress=False, threads=1)
+    moved, _, _ = load_checkpoint(tmp_path / "m.pt", device="meta")
+    assert {p.device.type for p in moved.parameters()} == {"meta"}
+    assert [p.shape for p in moved.parameters()] == [p.shape for p in model.parameters()]
+
+
+def test_the_cache_key_tells_devices_apart_and_leaves_the_cpus_as_it_was():
+    config = default_config("reverse", "transformer", seed=1)
+    assert cache_key(config, 1, "cpu") == cache_key(config, 1)
+    assert cache_key(config, 1, "meta") != cache_key(config, 1)
+
+
+@pytest.mark.slow  # a subprocess that imports torch
+def test_cli_refuses_a_device_the_machine_lacks(tmp_path):
+    lacking = "mps" if torch.cuda.is_available() else "cuda"  # no machine has both
+    result = run_cli("train", "reverse", "--steps", "1", "--device", lacking, "--out", str(tmp_path / "x.pt"))
+    assert result.returncode == 2 and "which this machine does not have" in result.stderr
