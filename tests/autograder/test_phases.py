@@ -220,3 +220,21 @@ def test_nothing_started_in_one_phase_outlives_it_to_read_the_next(runner):
     assert "LEAKED" not in res.output_tail
     assert earned(res.outcomes["softmax"][0]), res  # its requests reached its own phase's process
     check_honest(runner.run(honest_job()[0]))
+
+
+def test_the_audit_hook_cannot_be_fooled_by_rebinding_builtins_or_its_modules_names(runner):
+    # the hook binds what it uses when it is installed: rebinding id (so that every code
+    # object looks like the worker's own system calls) or the audit module's globals (reached
+    # from a class's method) changes nothing
+    cells = [
+        "import builtins, ctypes\n"
+        "audit = [c for c in object.__subclasses__() if c.__name__ == 'Policy'][0].arm.__globals__\n"
+        "audit['_REFUSED'] = frozenset()\n"
+        "native = audit['install'].__code__  # any code object's id would do\n"
+        "builtins.id = lambda o, real=id: real(native)\n"
+        "ctypes.addressof(ctypes.c_int(1))",
+        OWN_SOFTMAX,
+    ]
+    res = graded(runner, cells, {"softmax": [Call((X,))]})
+    assert res.status == "review" and any("ctypes.addressof" in v for v in res.violations), res
+    check_honest(runner.run(honest_job()[0]))

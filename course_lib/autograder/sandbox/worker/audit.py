@@ -38,11 +38,17 @@ _REFUSED = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", 
 _MEM_FILE = re.compile(r"^/proc/(self|thread-self|\d+)(/task/\d+)?/mem$")
 
 
-class Policy:
-    """The installed hook's switch: :meth:`arm` turns refusal on for good in this process."""
+#: The event that arms the policy hook (its argument: the function that reports a refusal).
+ARM_EVENT = "course_lib.grader.arm"
 
-    def __init__(self, arm: Callable[[Callable[[str], None]], None]):
-        self.arm = arm
+
+class Policy:
+    """The installed hook's switch. :meth:`arm` raises :data:`ARM_EVENT`, which turns the hook
+    on for good in this process: the hook's state lives only in its closure, so no object that
+    code can reach can turn it off (an extra ``arm`` only finds it armed)."""
+
+    def arm(self, report: Callable[[str], None]) -> None:
+        sys.audit(ARM_EVENT, report)
 
 
 def _module_of(obj: Any) -> str:
@@ -60,11 +66,17 @@ def install(ctypes_code: Sequence[Any], guarded_types: Sequence[type]) -> Policy
     """Add the policy hook (not yet armed). ``ctypes_code``: the code objects allowed to use
     ctypes (the worker's system calls: a seccomp filter only ever restricts more);
     ``guarded_types``: classes besides the grader's own whose attributes student code may
-    not change."""
+    not change.
+
+    Everything the hook uses is bound here, in its closure: the module's globals and the
+    builtins (``id``, ``isinstance``...) can be rebound by student code, these names cannot."""
     native = {id(c): c for c in ctypes_code}  # the objects kept alive: their ids stay theirs
     guarded = {id(t): t for t in guarded_types}
     state: dict[str, Any] = {"armed": False, "report": None, "busy": False}
-    getframe = sys._getframe
+    getframe, refused_events, mem_file, module_of = sys._getframe, _REFUSED, _MEM_FILE, _module_of
+    _id, _isinstance, _len, _getattr, _str, _bytes = id, isinstance, len, getattr, str, bytes
+    _error, _base, _callable = RuntimeError, BaseException, callable
+    arm_event = ARM_EVENT
 
     def refuse(what: str) -> None:
         report = state["report"]
@@ -72,55 +84,50 @@ def install(ctypes_code: Sequence[Any], guarded_types: Sequence[type]) -> Policy
             state["busy"] = True
             try:
                 report(what)
-            except BaseException:  # noqa: BLE001, S110 - the refusal stands regardless
+            except _base:  # noqa: S110 - the refusal stands regardless
                 pass
             finally:
                 state["busy"] = False
-        raise RuntimeError(f"{what} is not available while grading")
+        raise _error(f"{what} is not available while grading")
 
     def own(obj: Any) -> bool:
-        if id(obj) in guarded:
+        if _id(obj) in guarded:
             return True
-        mod = _module_of(obj)  # the worker's package is imported as ``worker`` in the sandbox
+        mod = module_of(obj)  # the worker's package is imported as ``worker`` in the sandbox
         return mod == "_course_opwatch" or mod.startswith(("course_lib.", "worker."))
 
-    def called_from(codes: dict[int, Any], depth: int) -> bool:
-        """Whether one of the ``depth`` frames nearest the event runs one of ``codes``."""
-        f: Any = getframe(2)
-        for _ in range(depth):
-            if f is None:
-                return False
-            if id(f.f_code) in codes:
-                return True
-            f = f.f_back
-        return False
+    def called_from(codes: dict[int, Any]) -> bool:
+        """Whether the code that raised the event is one of ``codes``."""
+        f: Any = getframe(3)  # 0: this function, 1: check, 2: the hook, 3: the caller
+        return f is not None and _id(f.f_code) in codes
 
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if not state["armed"] or state["busy"]:
-            return
-        if event in _REFUSED:
+    def check(event: str, args: tuple[Any, ...]) -> None:
+        if event in refused_events or event == "sys.addaudithook":
             refuse(event)
-        elif event.startswith("ctypes.") and not called_from(native, 1):
-            refuse(event)
-        elif event == "sys.addaudithook":
+        elif event.startswith("ctypes.") and not called_from(native):
             refuse(event)
         elif event == "open":
-            path = args[0] if args else None
-            if isinstance(path, bytes):
+            path: Any = args[0] if args else None
+            if _isinstance(path, _bytes):
                 path = path.decode("utf-8", "replace")
-            if isinstance(path, str) and _MEM_FILE.match(path.replace("//", "/")):
+            if _isinstance(path, _str) and mem_file.match(path.replace("//", "/")):
                 refuse(f"opening {path}")
         elif event in ("object.__setattr__", "object.__delattr__") and args and own(args[0]):
-            name = args[1] if len(args) > 1 else "?"
-            refuse(f"changing {_module_of(args[0])}.{getattr(args[0], '__qualname__', '?')}.{name}")
+            name = args[1] if _len(args) > 1 else "?"
+            refuse(f"changing {module_of(args[0])}.{_getattr(args[0], '__qualname__', '?')}.{name}")
 
-    def arm(report: Callable[[str], None]) -> None:
-        if not state["armed"]:
-            state["report"] = report
-            state["armed"] = True
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if state["busy"]:
+            return
+        if event == arm_event:
+            if not state["armed"] and args and _callable(args[0]):
+                state["report"], state["armed"] = args[0], True
+            return
+        if state["armed"]:
+            check(event, args)
 
     sys.addaudithook(hook)
-    return Policy(arm)
+    return Policy()
 
 
 def keep(objects: list[Any]) -> None:
