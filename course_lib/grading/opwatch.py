@@ -143,23 +143,13 @@ def wrap_operators(names):
         if name in _WRAPPED:
             continue
         _WRAPPED[name] = None
-        namespace, _, op = name.partition("::")
-        packet = getattr(getattr(torch.ops, namespace, None), op, None) if op else None
-        if packet is None:
-            continue
-        lib = torch.library.Library(namespace, "IMPL")
+        lib = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
-            for overload in packet.overloads():
-                qualified = name if overload == "default" else f"{name}.{overload}"
-                if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd"):
-                    # made of other operators (wrapped in turn), with autograd through them: a
-                    # kernel of its own would leave it without a backward
-                    continue
-                for key in _KEYS:
-                    if torch._C._dispatch_has_computed_kernel_for_dispatch_key(qualified, key):
-                        kernel = _seeing(name, torch.library.get_kernel(qualified, key))
-                        lib.impl(qualified.partition("::")[2], kernel, key, with_keyset=True)
+            for namespace, _, qualified, key in _kernels([name], _KEYS):
+                lib = lib or torch.library.Library(namespace, "IMPL")
+                kernel = _seeing(name, torch.library.get_kernel(qualified, key))
+                lib.impl(qualified.partition("::")[2], kernel, key, with_keyset=True)
         _WRAPPED[name] = lib
 
 
@@ -186,10 +176,11 @@ def _refusing(name, why):
     return run
 
 
-def _kernels(names):
-    """(namespace, operator, qualified overload name, dispatch key) of every CPU-side computation kernel
-    of the operators in ``names``; an overload that is only a composition of others is left out
-    (its parts are the ones named)."""
+def _kernels(names, keys):
+    """(namespace, operator, qualified overload name, dispatch key) of every kernel, on one of
+    ``keys``, of the operators in ``names``. An overload that is only a composition of others
+    (``CompositeImplicitAutograd``) is left out: its parts are the ones named, and a kernel of
+    its own would leave it without a backward."""
     for name in sorted(set(names)):
         namespace, _, op = name.partition("::")
         packet = getattr(getattr(torch.ops, namespace, None), op, None) if op else None
@@ -199,7 +190,7 @@ def _kernels(names):
             qualified = name if overload == "default" else f"{name}.{overload}"
             if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd"):
                 continue
-            for key in _REFUSED_KEYS:
+            for key in keys:
                 if torch._C._dispatch_has_computed_kernel_for_dispatch_key(qualified, key):
                     yield namespace, name, qualified, key
 
@@ -215,7 +206,7 @@ def refuse_operators(names, why):
     libraries = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
-        for namespace, name, qualified, key in _kernels(names):
+        for namespace, name, qualified, key in _kernels(names, _REFUSED_KEYS):
             if namespace not in libraries:
                 libraries[namespace] = torch._C._dispatch_library("IMPL", namespace, "", "<refused>", 0)
             impl: Any = libraries[namespace].impl  # (name, key, kernel, with_keyset): torch.library's call
