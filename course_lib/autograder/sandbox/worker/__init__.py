@@ -11,7 +11,10 @@ inside bubblewrap, with this folder bound read-only into the jail; it must never
 * :mod:`.syscalls`: C library wrappers and the seccomp filters.
 * :mod:`.jail`: the per-job jail (used by every job and by the probe).
 * :mod:`.zygote`: the warm zygote, which forks and supervises each job's student process.
-* :mod:`.student`: the jailed student process (cells, then calls).
+* :mod:`.student`: the jailed student process (cells, then calls), with :mod:`.phases` (the
+  keeper and one process per group of functions), :mod:`.audit` (the audit hook),
+  :mod:`.values` (arguments and results), :mod:`.channels` (output and signed frames),
+  :mod:`.stubs` (the fake ``course_lib``) and :mod:`.timers` (time limits).
 * :mod:`.shell`: the `get_ipython()` that cells transformed by IPython call (it does nothing).
 * :mod:`.rootfs`: namespaces mode's root file system.
 

@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 
-from . import audit, jail, phases, protocol, rootfs, student, syscalls, zygote  # noqa: F401 - all imported before the root is built
+from . import audit, channels, jail, phases, protocol, rootfs, stubs, student, syscalls, timers, values, zygote  # noqa: F401 - all imported before the root is built
 
 
 def main(argv: list[str], home: str | None = None) -> int:

@@ -29,302 +29,26 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from . import audit, phases
 from . import syscalls as sc
+from .channels import _display, _Out, _Sender
 from .jail import drop_privileges, enter_jail
 from .protocol import (
-    ARG_TAGS,
     CALL_WALL_FACTOR,
-    MAX_DEPTH,
-    MAX_ITEMS,
-    MAX_RESULT_BYTES,
     REQUESTS_FD,
     RESULTS_FD,
     SETUP_FD,
     Header,
-    decode_tree,
-    encode_signed_frame,
-    float_node,
     read_frame_blocking,
-    tensor_node,
     write_all,
 )
 from .shell import get_ipython
-
-T = TypeVar("T")
-D = TypeVar("D")
-
-
-class _Deadline(BaseException):
-    """Raised by the time-limit signals; a BaseException so ``except Exception`` does not eat it."""
-
-
-_TIMER_SIGNALS = (signal.SIGALRM, signal.SIGPROF)
-_OWN_DIR = os.path.dirname(__file__)  # the worker's own code: a deadline is never raised in it
-_timer = {"armed": False, "fired": False}
-
-
-def _own_code(frame: types.FrameType) -> bool:
-    return os.path.dirname(frame.f_code.co_filename) == _OWN_DIR
-
-
-def _on_timer(signum: int, frame: types.FrameType | None) -> None:
-    """Past a time limit: raise in the student's code (again every 0.1 s until disarmed).
-
-    An exception raised where Python ignores it (a fork hook, a destructor: "Exception
-    ignored in ...") must not make the limit go away, so the frames that called the
-    interrupted one are also marked to raise at their next line (through the trace hook).
-    Never raised inside the worker's own code (between the student's code and the disarm).
-    """
-    if not _timer["armed"]:
-        return
-    _timer["fired"] = True
-    if frame is None or _own_code(frame):
-        return
-    f, marked = frame.f_back, False
-    while f is not None and not _own_code(f):
-        f.f_trace = _trace_raise
-        marked = True
-        f = f.f_back
-    if marked:
-        sys.settrace(_trace_none)
-    raise _Deadline()
-
-
-def _trace_none(frame: types.FrameType, event: str, arg: Any) -> None:
-    return None
-
-
-def _trace_raise(frame: types.FrameType, event: str, arg: Any) -> Any:
-    if _timer["armed"] and event == "line":
-        raise _Deadline()
-    return _trace_raise if _timer["armed"] else None
-
-
-def _arm(wall: float, cpu: float | None = None) -> None:
-    _timer["fired"] = False
-    signal.signal(signal.SIGALRM, _on_timer)
-    signal.signal(signal.SIGPROF, _on_timer)
-    _timer["armed"] = True
-    signal.setitimer(signal.ITIMER_REAL, max(wall, 0.001), 0.1)
-    if cpu is not None:
-        signal.setitimer(signal.ITIMER_PROF, max(cpu, 0.001), 0.1)
-
-
-def _disarm() -> None:
-    _timer["armed"] = False
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.setitimer(signal.ITIMER_PROF, 0)
-    sys.settrace(None)
-
-
-class _Out(io.TextIOBase):
-    """sys.stdout / sys.stderr of the student: writes to fd 1 until the shared cap, then drops."""
-
-    def __init__(self, fd: int, counter: list[int], cap: int, name: str):
-        self._fd, self._counter, self._cap, self._name = fd, counter, cap, name
-        self.buffer = _OutBytes(self)
-
-    def _write_bytes(self, data: bytes) -> None:
-        room = self._cap - self._counter[0]
-        self._counter[0] += len(data)
-        if room <= 0:
-            return
-        try:
-            write_all(self._fd, data[:room])
-        except OSError:
-            pass
-
-    def write(self, s: str) -> int:
-        if not isinstance(s, str):
-            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        self._write_bytes(s.encode("utf-8", "replace"))
-        return len(s)
-
-    def writable(self) -> bool:
-        return True
-
-    def isatty(self) -> bool:
-        return False
-
-    def fileno(self) -> int:
-        return self._fd
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return "utf-8"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def flush(self) -> None:
-        pass
-
-
-class _OutBytes(io.RawIOBase):
-    """``sys.stdout.buffer``: bytes, to the same capped output."""
-
-    def __init__(self, text: _Out):
-        self._text = text
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: Any) -> int:
-        data = bytes(b)
-        self._text._write_bytes(data)
-        return len(data)
-
-
-def _short(msg: object, limit: int = 300) -> str:
-    msg = " ".join(str(msg).split())
-    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
-
-
-def _safe_str(e: BaseException) -> str:
-    try:
-        return _short(str(e))
-    except BaseException:  # noqa: BLE001 - a student exception whose __str__ fails
-        return "(message could not be shown)"
-
-
-def _guarded(fn: Callable[[], T], default: D) -> T | D:
-    """fn() with a 1 s limit (it may run student code: an exception's __str__), else default."""
-    try:
-        _arm(1.0)
-        try:
-            return fn()
-        finally:
-            _disarm()
-    except BaseException:  # noqa: BLE001
-        return default
-
-
-def _install_stubs(sender: _Sender) -> None:
-    """Fake ``course_lib`` modules: check() and when_implemented work; anything else is refused and reported."""
-    import importlib.machinery
-
-    seen: set[tuple[str, str]] = set()
-
-    def report(name: str, kind: str = "accessed") -> None:
-        if (name, kind) not in seen:
-            seen.add((name, kind))
-            sender.send({"t": "ref", "name": name, "kind": kind})
-
-    def refusal(name: str) -> str:
-        return (
-            f"{name} is one of the course's reference implementations; it is not available while "
-            "grading (graded code must be your own)"
-        )
-
-    class StubModule(types.ModuleType):
-        def __getattr__(self, attr: str) -> Any:
-            if attr.startswith("__") and attr.endswith("__"):
-                raise AttributeError(attr)
-            name = f"{self.__name__}.{attr}"
-            report(name)
-            raise AttributeError(refusal(name))
-
-        def __setattr__(self, attr: str, value: Any) -> None:
-            name = f"{self.__name__}.{attr}"
-            report(name, "modified")
-            raise AttributeError(f"{name} cannot be changed while grading")
-
-        def __delattr__(self, attr: str) -> None:
-            name = f"{self.__name__}.{attr}"
-            report(name, "modified")
-            raise AttributeError(f"{name} cannot be changed while grading")
-
-    def make(name: str, **attrs: Any) -> types.ModuleType:
-        m = StubModule(name)
-        m.__dict__["__spec__"] = importlib.machinery.ModuleSpec(name, None, is_package=True)
-        m.__dict__["__path__"] = []
-        m.__dict__["__loader__"] = None
-        m.__dict__["__package__"] = name
-        m.__dict__.update(attrs)
-        return m
-
-    def check(*args: Any, **kwargs: Any) -> None:
-        """No-op while grading: the grader runs the checks itself."""
-        return None
-
-    class when_implemented:
-        """Swallows NotImplementedError from the block (as in the course library)."""
-
-        def __enter__(self) -> when_implemented:
-            return self
-
-        def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-            if exc_type is not None and issubclass(exc_type, NotImplementedError):
-                print("Not implemented yet: finish the function(s) above, then run this cell again.")
-                return True
-            return False
-
-    grading = make("course_lib.grading", check=check, when_implemented=when_implemented)
-    root = make("course_lib", grading=grading)
-    sys.modules["course_lib"] = root  # the warm worker left no other course_lib module (zygote.warm_up)
-    sys.modules["course_lib.grading"] = grading
-
-    class CourseLibFinder:
-        @staticmethod
-        def find_spec(name: str, path: Any = None, target: Any = None) -> None:
-            if (name == "course_lib" or name.startswith("course_lib.")) and name not in sys.modules:
-                report(name)
-                raise ImportError(refusal(name), name=name)
-            return None
-
-        @staticmethod
-        def invalidate_caches() -> None:
-            pass
-
-    sys.meta_path.insert(0, CourseLibFinder)
-
-
-def load_opwatch(source: str) -> types.ModuleType:
-    """The runtime-watch module (course_lib/grading/opwatch.py, read when the worker started)."""
-    module = types.ModuleType("_course_opwatch")
-    exec(compile(source, "<opwatch>", "exec"), module.__dict__)
-    return module
-
-
-class _Sender:
-    """The student process's frames to the grader over fd 3, each with a sequence number and an HMAC under the
-    job's key, so that bytes written to the pipe by student code are told apart."""
-
-    def __init__(self, fd: int, key: bytes):
-        self.fd = fd
-        self._key = key
-        self.seq = 0
-        self.pid = os.getpid()
-        self.broken = False
-
-    def key_hex(self) -> str:
-        return self._key.hex()
-
-    def rekey(self, key: bytes, restart: bool) -> None:
-        """Sign from now on with ``key`` (``restart``: number frames from 0 again)."""
-        self._key = key
-        if restart:
-            self.seq = 0
-
-    def send(self, header: Header, blobs: Iterable[bytes] = ()) -> None:
-        """Send one frame (never interrupted by a time-limit signal halfway); after a failed
-        write, nothing more."""
-        if self.broken:
-            return
-        data = encode_signed_frame(header, blobs, self.seq, self._key)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _TIMER_SIGNALS)
-        try:
-            write_all(self.fd, data)
-            self.seq += 1
-        except OSError:
-            self.broken = True
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+from .stubs import _install_stubs
+from .timers import _arm, _Deadline, _disarm, _guarded, _timer
+from .values import _BadType, _safe_str, _seen, _short, _student_line, _type_name, _Values
 
 
 def run_student(
@@ -384,7 +108,7 @@ def run_student(
     return harness.run()
 
 
-class StudentHarness:
+class StudentHarness(_Values):
     """The student process's Python side, after the jail is set up.
 
     :meth:`run` runs the notebook's cells in a fresh ``__main__`` (each under the cell time
@@ -483,74 +207,6 @@ class StudentHarness:
             return len(os.listdir("/proc/self/task"))
         except OSError:
             return 0
-
-    def _tensor_arg(self, node: Header, blob: bytes) -> Any:
-        """A tensor argument from the grader's raw bytes, numpy dtype and shape (its node's)."""
-        descr = node["descr"]
-        if descr not in self._dtypes:
-            self._dtypes[descr] = self.np.dtype(descr)
-        flat = self._frombuffer(blob, dtype=self._dtypes[descr])
-        x = self._from_numpy(flat.reshape(node["shape"]).copy())
-        if node.get("dtype") == "torch.bfloat16":
-            x = x.to(self.torch.bfloat16)
-        return x
-
-    def _decode_arg(self, node: Any, blobs: list[bytes]) -> Any:
-        return decode_tree(node, blobs, self._tensor_arg, ARG_TAGS)
-
-    def _encode(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
-        """Mirror of core.to_plain: exact torch.Tensor, python numbers, tuples/lists of those."""
-        if depth > MAX_DEPTH:
-            raise _BadType("returned a value nested too deeply")
-        t = type(value)
-        if t is self._Tensor:
-            arr, dtype = self._array(value)
-            self.result_bytes += arr.nbytes
-            if self.result_bytes > MAX_RESULT_BYTES // 2:
-                raise _BadType(f"returned more than {MAX_RESULT_BYTES // 2 >> 20} MB of tensors")
-            key = (arr.dtype, arr.shape)
-            if key not in self._preambles:  # as numpy.save writes it, made once per dtype and shape
-                buf = io.BytesIO()
-                self._write_header(buf, {"descr": self._descr(arr.dtype), "fortran_order": False, "shape": arr.shape})
-                self._preambles[key] = buf.getvalue()
-            blobs.append(self._preambles[key] + arr.tobytes())
-            return tensor_node(len(blobs) - 1, dtype)
-        if t is tuple or t is list:
-            if len(value) > MAX_ITEMS:
-                raise _BadType(f"returned a {t.__name__} of {len(value)} items")
-            return {"t": "tuple", "items": [self._encode(v, blobs, depth + 1) for v in value]}
-        if t is bool:
-            return {"t": "bool", "v": value}
-        if t is int:
-            if abs(value) >= 1 << 63:
-                return {"t": "float", "v": float(value)}
-            return {"t": "int", "v": value}
-        if t is float:
-            return float_node(value)
-        if isinstance(value, self._Tensor):
-            raise _BadType(f"returned a {t.__name__} (a subclass of torch.Tensor), expected a plain torch.Tensor")
-        raise _BadType(f"returned a {_type_name(t)}, expected a torch.Tensor")
-
-    def _array(self, value: Any) -> tuple[Any, str]:
-        """A result tensor as a numpy array, and its torch dtype's name (only the functions
-        captured in ``__init__`` run)."""
-        t = self._t
-        no_function, no_dispatch = t.no_modes
-        with no_function(), no_dispatch():
-            x = t.detach(value)
-            if t.layout(x) != t.strided:
-                raise _BadType(f"returned a {t.layout(x)} tensor, expected an ordinary (dense) torch.Tensor")
-            if t.device(x).type != "cpu":
-                x = t.cpu(x)
-            dtype = str(t.dtype(x))
-            if t.dtype(x) == t.bfloat16:
-                x = t.to(x, t.float32)
-            if t.is_complex(x) or t.is_quantized(x):
-                raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
-            arr = t.numpy(t.contiguous(t.resolve_neg(t.resolve_conj(x))))
-        if arr.dtype.kind not in "biuf":
-            raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
-        return arr, dtype
 
     def _own_function(self, fn: Any) -> str | None:
         """The graded object is a function written in a notebook cell (possibly decorated); else
@@ -725,20 +381,6 @@ class StudentHarness:
         stand_in.__name__ = stand_in.__qualname__ = name
         return stand_in
 
-    def _encode_arg(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
-        """A stand-in's arguments: as results (tensors, numbers, tuples), plus None and strings."""
-        if depth > MAX_DEPTH:
-            raise _BadType("returned a value nested too deeply")
-        if value is None:
-            return {"t": "none"}
-        if type(value) is str:
-            return {"t": "str", "v": value[:1000]}
-        if type(value) is tuple or type(value) is list:
-            if len(value) > MAX_ITEMS:
-                raise _BadType(f"returned a {type(value).__name__} of {len(value)} items")
-            return {"t": "tuple", "items": [self._encode_arg(v, blobs, depth + 1) for v in value]}
-        return self._encode(value, blobs, depth)
-
     def _run_cell(self, i: int, src: str, ns: dict[str, Any], submission_end: float) -> None:
         fname = f"<cell {i}>"
         try:
@@ -834,44 +476,3 @@ class StudentHarness:
             msg = _guarded(lambda: f"raised {type(err).__name__}: {_safe_str(err)}", "raised an exception")
             msg += _guarded(lambda: _student_line(err), "")
             return {"status": "error", "msg": msg, "seen": _seen(watch)}, []
-
-
-def _student_line(e: BaseException) -> str:
-    """``, in your line `...``` for the innermost frame of the notebook's cells, or ``""``."""
-    where = None
-    tb = e.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if filename.startswith("<cell "):
-            where = (filename, tb.tb_lineno)
-        tb = tb.tb_next
-    if where is None:
-        return ""
-    line = linecache.getline(*where).strip()
-    return f", in your line `{_short(line, 160)}`" if line else ""
-
-
-def _seen(watch: Any) -> list[str]:
-    try:
-        return [str(s) for s in watch.seen][:20] if watch is not None else []
-    except BaseException:  # noqa: BLE001
-        return []
-
-
-class _BadType(Exception):
-    """A result that cannot be sent as plain data: the call counts as bad_type."""
-
-
-def _type_name(t: type) -> str:
-    try:
-        mod, qual = type.__getattribute__(t, "__module__"), type.__getattribute__(t, "__qualname__")
-        if not isinstance(mod, str) or not isinstance(qual, str):
-            raise TypeError
-        return f"{mod}.{qual}"
-    except BaseException:  # noqa: BLE001
-        return "object of an unknown type"
-
-
-def _display(*objs: Any, **kwargs: Any) -> None:
-    for o in objs:
-        print(repr(o))

@@ -40,7 +40,8 @@ from typing import Any
 
 from . import syscalls as sc
 from .protocol import SETUP_FD, Header, write_all
-from .student import load_opwatch, run_student
+from .stubs import load_opwatch
+from .student import run_student
 
 #: Why the zygote stopped a job's student process (an end packet's ``reason``).
 REASONS = ("timeout", "memory", "grader_gone", "aborted", "no_process")

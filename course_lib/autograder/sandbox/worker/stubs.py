@@ -1,0 +1,96 @@
+"""The fake ``course_lib`` a notebook imports while it is graded, and the runtime watch's module."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from .channels import _Sender
+
+
+def _install_stubs(sender: _Sender) -> None:
+    """Fake ``course_lib`` modules: check() and when_implemented work; anything else is refused and reported."""
+    import importlib.machinery
+
+    seen: set[tuple[str, str]] = set()
+
+    def report(name: str, kind: str = "accessed") -> None:
+        if (name, kind) not in seen:
+            seen.add((name, kind))
+            sender.send({"t": "ref", "name": name, "kind": kind})
+
+    def refusal(name: str) -> str:
+        return (
+            f"{name} is one of the course's reference implementations; it is not available while "
+            "grading (graded code must be your own)"
+        )
+
+    class StubModule(types.ModuleType):
+        def __getattr__(self, attr: str) -> Any:
+            if attr.startswith("__") and attr.endswith("__"):
+                raise AttributeError(attr)
+            name = f"{self.__name__}.{attr}"
+            report(name)
+            raise AttributeError(refusal(name))
+
+        def __setattr__(self, attr: str, value: Any) -> None:
+            name = f"{self.__name__}.{attr}"
+            report(name, "modified")
+            raise AttributeError(f"{name} cannot be changed while grading")
+
+        def __delattr__(self, attr: str) -> None:
+            name = f"{self.__name__}.{attr}"
+            report(name, "modified")
+            raise AttributeError(f"{name} cannot be changed while grading")
+
+    def make(name: str, **attrs: Any) -> types.ModuleType:
+        m = StubModule(name)
+        m.__dict__["__spec__"] = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        m.__dict__["__path__"] = []
+        m.__dict__["__loader__"] = None
+        m.__dict__["__package__"] = name
+        m.__dict__.update(attrs)
+        return m
+
+    def check(*args: Any, **kwargs: Any) -> None:
+        """No-op while grading: the grader runs the checks itself."""
+        return None
+
+    class when_implemented:
+        """Swallows NotImplementedError from the block (as in the course library)."""
+
+        def __enter__(self) -> when_implemented:
+            return self
+
+        def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+            if exc_type is not None and issubclass(exc_type, NotImplementedError):
+                print("Not implemented yet: finish the function(s) above, then run this cell again.")
+                return True
+            return False
+
+    grading = make("course_lib.grading", check=check, when_implemented=when_implemented)
+    root = make("course_lib", grading=grading)
+    sys.modules["course_lib"] = root  # the warm worker left no other course_lib module (zygote.warm_up)
+    sys.modules["course_lib.grading"] = grading
+
+    class CourseLibFinder:
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+            if (name == "course_lib" or name.startswith("course_lib.")) and name not in sys.modules:
+                report(name)
+                raise ImportError(refusal(name), name=name)
+            return None
+
+        @staticmethod
+        def invalidate_caches() -> None:
+            pass
+
+    sys.meta_path.insert(0, CourseLibFinder)
+
+
+def load_opwatch(source: str) -> types.ModuleType:
+    """The runtime-watch module (course_lib/grading/opwatch.py, read when the worker started)."""
+    module = types.ModuleType("_course_opwatch")
+    exec(compile(source, "<opwatch>", "exec"), module.__dict__)
+    return module

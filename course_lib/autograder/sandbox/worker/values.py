@@ -1,0 +1,166 @@
+"""What crosses the channel from the student's side: arguments rebuilt from the grader's bytes,
+results encoded as plain arrays, and the words for a call that failed."""
+
+from __future__ import annotations
+
+import io
+import linecache
+from typing import Any
+
+from .protocol import (
+    ARG_TAGS,
+    MAX_DEPTH,
+    MAX_ITEMS,
+    MAX_RESULT_BYTES,
+    Header,
+    decode_tree,
+    float_node,
+    tensor_node,
+)
+
+
+class _Values:
+    """The harness's encoding and decoding (mixed into
+    :class:`~.student.StudentHarness`, which sets the captured functions they use)."""
+
+    np: Any
+    torch: Any
+    _Tensor: Any
+    _t: Any
+    _from_numpy: Any
+    _frombuffer: Any
+    _dtypes: dict[str, Any]
+    _preambles: dict[tuple[Any, tuple[int, ...]], bytes]
+    _write_header: Any
+    _descr: Any
+    result_bytes: int
+
+    def _tensor_arg(self, node: Header, blob: bytes) -> Any:
+        """A tensor argument from the grader's raw bytes, numpy dtype and shape (its node's)."""
+        descr = node["descr"]
+        if descr not in self._dtypes:
+            self._dtypes[descr] = self.np.dtype(descr)
+        flat = self._frombuffer(blob, dtype=self._dtypes[descr])
+        x = self._from_numpy(flat.reshape(node["shape"]).copy())
+        if node.get("dtype") == "torch.bfloat16":
+            x = x.to(self.torch.bfloat16)
+        return x
+
+    def _decode_arg(self, node: Any, blobs: list[bytes]) -> Any:
+        return decode_tree(node, blobs, self._tensor_arg, ARG_TAGS)
+
+    def _encode(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
+        """Mirror of core.to_plain: exact torch.Tensor, python numbers, tuples/lists of those."""
+        if depth > MAX_DEPTH:
+            raise _BadType("returned a value nested too deeply")
+        t = type(value)
+        if t is self._Tensor:
+            arr, dtype = self._array(value)
+            self.result_bytes += arr.nbytes
+            if self.result_bytes > MAX_RESULT_BYTES // 2:
+                raise _BadType(f"returned more than {MAX_RESULT_BYTES // 2 >> 20} MB of tensors")
+            key = (arr.dtype, arr.shape)
+            if key not in self._preambles:  # as numpy.save writes it, made once per dtype and shape
+                buf = io.BytesIO()
+                self._write_header(buf, {"descr": self._descr(arr.dtype), "fortran_order": False, "shape": arr.shape})
+                self._preambles[key] = buf.getvalue()
+            blobs.append(self._preambles[key] + arr.tobytes())
+            return tensor_node(len(blobs) - 1, dtype)
+        if t is tuple or t is list:
+            if len(value) > MAX_ITEMS:
+                raise _BadType(f"returned a {t.__name__} of {len(value)} items")
+            return {"t": "tuple", "items": [self._encode(v, blobs, depth + 1) for v in value]}
+        if t is bool:
+            return {"t": "bool", "v": value}
+        if t is int:
+            if abs(value) >= 1 << 63:
+                return {"t": "float", "v": float(value)}
+            return {"t": "int", "v": value}
+        if t is float:
+            return float_node(value)
+        if isinstance(value, self._Tensor):
+            raise _BadType(f"returned a {t.__name__} (a subclass of torch.Tensor), expected a plain torch.Tensor")
+        raise _BadType(f"returned a {_type_name(t)}, expected a torch.Tensor")
+
+    def _array(self, value: Any) -> tuple[Any, str]:
+        """A result tensor as a numpy array, and its torch dtype's name (only the functions
+        captured in ``__init__`` run)."""
+        t = self._t
+        no_function, no_dispatch = t.no_modes
+        with no_function(), no_dispatch():
+            x = t.detach(value)
+            if t.layout(x) != t.strided:
+                raise _BadType(f"returned a {t.layout(x)} tensor, expected an ordinary (dense) torch.Tensor")
+            if t.device(x).type != "cpu":
+                x = t.cpu(x)
+            dtype = str(t.dtype(x))
+            if t.dtype(x) == t.bfloat16:
+                x = t.to(x, t.float32)
+            if t.is_complex(x) or t.is_quantized(x):
+                raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
+            arr = t.numpy(t.contiguous(t.resolve_neg(t.resolve_conj(x))))
+        if arr.dtype.kind not in "biuf":
+            raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
+        return arr, dtype
+
+    def _encode_arg(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
+        """A stand-in's arguments: as results (tensors, numbers, tuples), plus None and strings."""
+        if depth > MAX_DEPTH:
+            raise _BadType("returned a value nested too deeply")
+        if value is None:
+            return {"t": "none"}
+        if type(value) is str:
+            return {"t": "str", "v": value[:1000]}
+        if type(value) is tuple or type(value) is list:
+            if len(value) > MAX_ITEMS:
+                raise _BadType(f"returned a {type(value).__name__} of {len(value)} items")
+            return {"t": "tuple", "items": [self._encode_arg(v, blobs, depth + 1) for v in value]}
+        return self._encode(value, blobs, depth)
+
+
+def _short(msg: object, limit: int = 300) -> str:
+    msg = " ".join(str(msg).split())
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
+def _safe_str(e: BaseException) -> str:
+    try:
+        return _short(str(e))
+    except BaseException:  # noqa: BLE001 - a student exception whose __str__ fails
+        return "(message could not be shown)"
+
+
+def _student_line(e: BaseException) -> str:
+    """``, in your line `...``` for the innermost frame of the notebook's cells, or ``""``."""
+    where = None
+    tb = e.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith("<cell "):
+            where = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if where is None:
+        return ""
+    line = linecache.getline(*where).strip()
+    return f", in your line `{_short(line, 160)}`" if line else ""
+
+
+def _seen(watch: Any) -> list[str]:
+    try:
+        return [str(s) for s in watch.seen][:20] if watch is not None else []
+    except BaseException:  # noqa: BLE001
+        return []
+
+
+class _BadType(Exception):
+    """A result that cannot be sent as plain data: the call counts as bad_type."""
+
+
+def _type_name(t: type) -> str:
+    try:
+        mod, qual = type.__getattribute__(t, "__module__"), type.__getattribute__(t, "__qualname__")
+        if not isinstance(mod, str) or not isinstance(qual, str):
+            raise TypeError
+        return f"{mod}.{qual}"
+    except BaseException:  # noqa: BLE001
+        return "object of an unknown type"
