@@ -95,7 +95,10 @@ class Gradebook:
             )
             self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # an interrupt (SIGTERM, Ctrl-C) can land just after COMMIT: nothing to roll back, and
+            # a ROLLBACK then would raise in place of the interrupt
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             raise
 
     def record(self, student: str, assignment: str) -> dict[str, Any] | None:

@@ -792,19 +792,19 @@ def test_a_grader_stopped_by_sigterm_leaves_no_process_or_memory_cgroup(tmp_path
         _write(subs, f"s{i:02d}", notebook(SETUP, HONEST))
     db = tmp_path / "g.sqlite"
     cmd = [sys.executable, "-m", "course_lib", "grade", str(subs), "--db", str(db), "--jobs", "2", "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            if sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 1:
-                break
-        except sqlite3.OperationalError:
-            pass
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stdout.read().decode()
-    proc.send_signal(signal.SIGTERM)  # the grader only, as a scheduler would
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    proc.stdout.close()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True) as proc:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                if sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 1:
+                    break
+            except sqlite3.OperationalError:
+                pass
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stdout.read().decode()
+        proc.send_signal(signal.SIGTERM)  # the grader only, as a scheduler would
+        code = proc.wait(timeout=60)
+        assert code == 128 + signal.SIGTERM, proc.stdout.read().decode()
     until = time.time() + 10
     while time.time() < until and (
         _in_session(proc.pid) or {p.name for p in parent.iterdir() if p.name.startswith("course-lib-")} - before
@@ -812,6 +812,36 @@ def test_a_grader_stopped_by_sigterm_leaves_no_process_or_memory_cgroup(tmp_path
         time.sleep(0.1)
     assert {p.name for p in parent.iterdir() if p.name.startswith("course-lib-")} - before == set()
     assert _in_session(proc.pid) == []  # its grading processes and sandboxes ended with it
+
+
+class _InterruptedAfterCommit:
+    """A gradebook connection whose COMMIT is followed at once by an interrupt, as a SIGTERM
+    that lands just after it would be."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __getattr__(self, name: str):
+        return getattr(self.conn, name)
+
+    def execute(self, sql: str, *args):
+        cursor = self.conn.execute(sql, *args)
+        if sql == "COMMIT":
+            raise KeyboardInterrupt
+        return cursor
+
+
+def test_an_interrupt_just_after_a_commit_propagates_and_the_record_stays(tmp_path):
+    # CI: a SIGTERM just after COMMIT made the ROLLBACK raise in its place, and the grader
+    # exited with 1 instead of 143
+    from course_lib.autograder.autograde import refused_record
+
+    with Gradebook(tmp_path / "g.sqlite") as book:
+        book.conn = _InterruptedAfterCommit(book.conn)
+        with pytest.raises(KeyboardInterrupt):
+            book.save("ada", refused_record("02_self_attention", "no notebook"), "v1", 0.0)
+        book.conn = book.conn.conn
+        assert book.record("ada", "02_self_attention")["status"] == "invalid"
 
 
 def _in_session(sid: int) -> list[int]:
