@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ._checks import check_mask, check_positive_int, check_shapes
 from .attention import scaled_dot_product_attention
@@ -16,6 +17,7 @@ __all__ = [
     "multi_head_attention",
     "multi_head_attention_sum_form",
     "MultiHeadAttention",
+    "fused_attention",
 ]
 
 
@@ -100,6 +102,45 @@ def _linear(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.T
     return torch.addmm(b, x.flatten(0, 1), W).view(*x.shape[:-1], W.shape[1])  # (N, L, E_out)
 
 
+def fused_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0
+) -> torch.Tensor:
+    r"""The output of :func:`~course_lib.scaled_dot_product_attention`, without its weights,
+    from PyTorch's fused kernel (:func:`torch.nn.functional.scaled_dot_product_attention`).
+
+    The same formula, :math:`\mathrm{softmax}(QK^\top/\sqrt{D})\,V` (the book's equation
+    ``sdpa``), computed block by block as the efficient-attention chapter's
+    ``tiled_attention`` is: the (L, S) weights are never stored, which saves their memory
+    and, on a GPU, most of the time. The masks and the fully-masked-row rule are ours: a
+    query that may attend to no key gets a zero output on every device and backend (not all of
+    PyTorch's kernels promise that).
+
+    Args:
+        q, k, v, mask: as :func:`~course_lib.scaled_dot_product_attention` (boolean mask,
+            ``True`` = may attend).
+        dropout_p: dropout on the weights (training only).
+
+    Shape:
+        - q: :math:`(N, H, L, D)`; k: :math:`(N, H, S, D)`; v: :math:`(N, H, S, D_v)`
+        - mask: broadcastable to :math:`(N, H, L, S)`
+        - output: :math:`(N, H, L, D_v)`
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    live = mask.any(dim=-1, keepdim=True)  # (..., L, 1): queries with at least one key
+    # A fully masked row may attend everywhere inside the kernel (finite values and gradients),
+    # then its output is zeroed.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~live, dropout_p=dropout_p)  # (N, H, L, Dv)
+    return out.masked_fill(~live, 0.0)
+
+
+def _attend(q, k, v, mask, dropout_p: float, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The attention step on per-head tensors: the readable path with its weights, or the fused one."""
+    if need_weights:
+        return scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)  # (N, H, L, D), (N, H, L, S)
+    return fused_attention(q, k, v, mask, dropout_p), None
+
+
 def multi_head_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -116,7 +157,8 @@ def multi_head_attention(
     b_v: torch.Tensor | None = None,
     b_o: torch.Tensor | None = None,
     dropout_p: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    need_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Multi-head attention, concatenation form: :math:`\mathrm{Concat}(head_1..head_H)\,W_o`.
 
     :math:`head_h = \mathrm{Attention}(Q W_q^{(h)}, K W_k^{(h)}, V W_v^{(h)})`, where
@@ -137,6 +179,10 @@ def multi_head_attention(
             output ``b_o`` (zero without biases).
         b_q, b_k, b_v, b_o: optional biases (keyword only; the graded form has none).
         dropout_p: dropout on the attention weights (training only).
+        need_weights: return the weights (the readable path, as the chapter derives it); with
+            ``False``, the weights are never formed: the attention step is
+            :func:`fused_attention` and the weights returned are ``None`` (as with
+            :class:`torch.nn.MultiheadAttention`'s ``need_weights=False``).
 
     Shape:
         - query: :math:`(N, L, E)`
@@ -147,11 +193,11 @@ def multi_head_attention(
         - weights: :math:`(N, H, L, S)`
 
     Returns:
-        ``(output, weights)``, the weights per head.
+        ``(output, weights)``, the weights per head (``None`` with ``need_weights=False``).
     """
     biases = {"b_q": b_q, "b_k": b_k, "b_v": b_v, "b_o": b_o}
     q, k, v = _project_heads("multi_head_attention", query, key, value, W_q, W_k, W_v, W_o, num_heads, mask, biases)
-    heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)  # (N, H, L, D)
+    heads, weights = _attend(q, k, v, mask, dropout_p, need_weights)  # (N, H, L, D)
     concat = merge_heads(heads)  # (N, L, E)
     return _linear(concat, W_o, b_o), weights
 
@@ -251,8 +297,9 @@ class MultiHeadAttention(nn.Module):
             self.register_parameter(f"W_{n}", nn.Parameter(W))
             self.register_parameter(f"b_{n}", nn.Parameter(torch.zeros(embed_dim)) if bias else None)
 
-    def forward(self, query, key, value, mask=None):
-        """Returns ``(output, weights)``; see the class docstring for shapes."""
+    def forward(self, query, key, value, mask=None, need_weights: bool = True):
+        """Returns ``(output, weights)``; the weights are ``None`` with ``need_weights=False``
+        (the fused path, :func:`fused_attention`). See the class docstring for shapes."""
         return multi_head_attention(
             query,
             key,
@@ -268,6 +315,7 @@ class MultiHeadAttention(nn.Module):
             b_v=self.b_v,
             b_o=self.b_o,
             dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
         )
 
     def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,7 +329,9 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(_linear(value, self.W_v, self.b_v), self.num_heads)  # (N, H, S, D)
         return k, v
 
-    def attend(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None):
+    def attend(
+        self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of new queries over already projected keys and values (from :meth:`project_kv`).
 
         With the keys and values of every earlier position cached, a decoder step
@@ -291,11 +341,12 @@ class MultiHeadAttention(nn.Module):
         Shape:
             - query: :math:`(N, L, E)`; k, v: :math:`(N, H, S, D)`
             - mask: broadcastable to :math:`(N, H, L, S)`
-            - output: :math:`(N, L, E)`; weights: :math:`(N, H, L, S)`
+            - output: :math:`(N, L, E)`; weights: :math:`(N, H, L, S)` (``None`` with
+              ``need_weights=False``)
         """
         q = split_heads(_linear(query, self.W_q, self.b_q), self.num_heads)  # (N, H, L, D)
         p = self.dropout if self.training else 0.0
-        heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (N, H, L, D)
+        heads, weights = _attend(q, k, v, mask, p, need_weights)  # (N, H, L, D)
         return _linear(merge_heads(heads), self.W_o, self.b_o), weights
 
     @classmethod

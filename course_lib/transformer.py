@@ -142,7 +142,7 @@ class EncoderLayer(nn.Module):
         self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Returns the output, or ``(output, weights)`` with ``need_weights=True``."""
-        x, weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, mask))
+        x, weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, mask, need_weights))
         x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
         return (x, weights) if need_weights else x
 
@@ -189,8 +189,10 @@ class DecoderLayer(nn.Module):
         need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, DecoderLayerWeights]:
         """Returns the output, or ``(output, weights)`` with ``need_weights=True``."""
-        x, self_weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, self_mask))
-        x, cross_weights = self.cross_attn_block(x, lambda h: self.cross_attn(h, memory, memory, memory_mask))
+        x, self_weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, self_mask, need_weights))
+        x, cross_weights = self.cross_attn_block(
+            x, lambda h: self.cross_attn(h, memory, memory, memory_mask, need_weights)
+        )
         x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
         return (x, DecoderLayerWeights(self_weights, cross_weights)) if need_weights else x
 
@@ -211,17 +213,17 @@ class DecoderLayer(nn.Module):
               :class:`DecoderLayerWeights` of :math:`(N, H, 1, t + 1)` and :math:`(N, H, 1, S)`
         """
 
-        def self_attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def self_attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             k, v = self.self_attn.project_kv(h, h)  # (N, H, 1, D) each
             if "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)  # (N, H, t + 1, D)
                 v = torch.cat([cache["v"], v], dim=2)  # (N, H, t + 1, D)
             cache["k"], cache["v"] = k, v
-            return self.self_attn.attend(h, k, v)  # causal: only the past is cached
+            return self.self_attn.attend(h, k, v, need_weights=need_weights)  # causal: only the past is cached
 
         x, self_weights = self.self_attn_block(x, self_attend)
         x, cross_weights = self.cross_attn_block(
-            x, lambda h: self.cross_attn.attend(h, cache["memory_k"], cache["memory_v"], memory_mask)
+            x, lambda h: self.cross_attn.attend(h, cache["memory_k"], cache["memory_v"], memory_mask, need_weights)
         )
         x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
         return (x, DecoderLayerWeights(self_weights, cross_weights)) if need_weights else x

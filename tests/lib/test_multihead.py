@@ -400,3 +400,72 @@ def test_module_from_torch_rejects_other_modules_and_unsupported_options():
 def test_module_rejects_embed_dim_not_divisible_by_num_heads():
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 3)
+
+
+# ---------------------------------------------------------------------------------------
+# need_weights=False: the fused path
+# ---------------------------------------------------------------------------------------
+
+
+def _masks(N, L, S, g):
+    """Every kind of mask the layers pass: none, padding, causal, both, and rows with no key."""
+    keep = random_keep(N, S, g)
+    no_key = torch.ones(N, 1, L, S, dtype=torch.bool)
+    no_key[0, 0, L - 1] = False  # the last query of the first example may attend to nothing
+    tri = torch.ones(L, S, dtype=torch.bool).tril()
+    return {
+        "none": None,
+        "padding": keep[:, None, None, :],
+        "causal": tri,
+        "padding+causal": keep[:, None, None, :] & tri,
+        "fully masked row": no_key,
+        "all masked": torch.zeros(N, 1, L, S, dtype=torch.bool),
+    }
+
+
+@pytest.mark.parametrize("masking", ["none", "padding", "causal", "padding+causal", "fully masked row", "all masked"])
+def test_the_fused_path_gives_the_readable_paths_output_and_gradients(masking):
+    g = torch.Generator().manual_seed(3)
+    N, L, S, E, H = 3, 5, 6, 8, 2
+    m = MultiHeadAttention(E, H)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(E))
+    q = torch.randn(N, L, E, generator=g, requires_grad=True)
+    kv = torch.randn(N, S, E, generator=g, requires_grad=True)
+    mask = _masks(N, L, S, g)[masking]
+    grads = {}
+    for need in (True, False):
+        m.zero_grad()
+        q.grad = kv.grad = None
+        out, weights = m(q, kv, kv, mask, need_weights=need)
+        assert (weights is None) == (not need)
+        (out * torch.arange(E)).sum().backward()
+        grads[need] = (out.detach(), q.grad, kv.grad, *(p.grad for p in m.parameters()))
+    for fast, slow in zip(grads[False], grads[True], strict=True):
+        assert torch.isfinite(fast).all()
+        torch.testing.assert_close(fast, slow)
+
+
+def test_fused_attention_gives_a_fully_masked_row_a_zero_output_never_nan():
+    from course_lib.multihead import fused_attention
+
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    mask = torch.ones(1, 1, 3, 5, dtype=torch.bool)
+    mask[..., 1, :] = False
+    out = fused_attention(q, k, v, mask)
+    assert (out[:, :, 1] == 0).all() and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_kv_cache_step_without_weights_equals_the_step_with_them(dtype):
+    torch.manual_seed(0)
+    E, H, S = 8, 2, 4
+    m = MultiHeadAttention(E, H).to(dtype)
+    query, memory = torch.randn(2, 1, E, dtype=dtype), torch.randn(2, S, E, dtype=dtype)
+    k, v = m.project_kv(memory, memory)
+    keep = torch.tensor([[True] * S, [True, True, False, False]])[:, None, None, :]
+    slow, weights = m.attend(query, k, v, keep)
+    fast, none = m.attend(query, k, v, keep, need_weights=False)
+    assert weights is not None and none is None
+    torch.testing.assert_close(fast, slow)
