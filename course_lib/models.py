@@ -84,11 +84,11 @@ class TransformerSeq2Seq(nn.Module):
         ``(logits, weights)``, the attention weights of every layer."""
         check_shapes("TransformerSeq2Seq", floating=False, src=(src, "N S"), tgt_in=(tgt_in, "N T"))
         src_mask, tgt_mask = src != self.pad_id, tgt_in != self.pad_id
-        out, weights = self.transformer(
-            self._embed(self.src_embed, src), self._embed(self.tgt_embed, tgt_in), src_mask, tgt_mask, need_weights=True
-        )
-        logits = self.generator(out)  # (N, T, V)
-        return (logits, weights) if need_weights else logits
+        src_x, tgt_x = self._embed(self.src_embed, src), self._embed(self.tgt_embed, tgt_in)
+        if not need_weights:  # training: the fused attention path, no weights formed
+            return self.generator(self.transformer(src_x, tgt_x, src_mask, tgt_mask))  # (N, T, V)
+        out, weights = self.transformer(src_x, tgt_x, src_mask, tgt_mask, need_weights=True)
+        return self.generator(out), weights
 
     def start(self, src: torch.Tensor, use_cache: bool = True) -> dict:
         """Encode ``src``; with ``use_cache`` the decoder keeps keys and values (a KV cache),

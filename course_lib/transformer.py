@@ -315,8 +315,11 @@ class Transformer(nn.Module):
         key_mask = None if src_mask is None else src_mask.expand(N, S)[:, None, None, :]  # (N, 1, 1, S)
         x, weights = src, []
         for layer in self.encoder_layers:
-            x, w = layer(x, key_mask, need_weights=True)
-            weights.append(w)
+            if need_weights:
+                x, w = layer(x, key_mask, need_weights=True)
+                weights.append(w)
+            else:
+                x = layer(x, key_mask)  # the fused attention path: no weights formed
         memory = self.encoder_norm(x)
         return (memory, weights) if need_weights else memory
 
@@ -344,8 +347,11 @@ class Transformer(nn.Module):
         memory_mask = None if src_mask is None else src_mask.expand(N, S)[:, None, None, :]  # (N, 1, 1, S)
         x, weights = tgt, []
         for layer in self.decoder_layers:
-            x, w = layer(x, memory, self_mask, memory_mask, need_weights=True)
-            weights.append(w)
+            if need_weights:
+                x, w = layer(x, memory, self_mask, memory_mask, need_weights=True)
+                weights.append(w)
+            else:
+                x = layer(x, memory, self_mask, memory_mask)
         out = self.decoder_norm(x)
         return (out, weights) if need_weights else out
 
@@ -380,8 +386,11 @@ class Transformer(nn.Module):
         memory_mask = None if src_mask is None else src_mask[:, None, None, :]  # (N, 1, 1, S)
         x, weights = tgt, []
         for layer, cache in zip(self._decoders(), caches, strict=True):
-            x, w = layer.step(x, cache, memory_mask, need_weights=True)
-            weights.append(w)
+            if need_weights:
+                x, w = layer.step(x, cache, memory_mask, need_weights=True)
+                weights.append(w)
+            else:
+                x = cast(torch.Tensor, layer.step(x, cache, memory_mask))
         out = self.decoder_norm(x)
         return (out, weights) if need_weights else out
 
@@ -398,9 +407,11 @@ class Transformer(nn.Module):
 
         Returns the output, or ``(output, weights)`` with ``need_weights=True``.
         """
+        if not need_weights:
+            return cast(torch.Tensor, self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
         memory, encoder_weights = self.encode(src, src_mask, need_weights=True)
         out, decoder_weights = self.decode(tgt, memory, src_mask, tgt_mask, need_weights=True)
-        return (out, TransformerWeights(encoder_weights, decoder_weights)) if need_weights else out
+        return out, TransformerWeights(encoder_weights, decoder_weights)
 
     @classmethod
     def from_torch(cls, m: nn.Transformer) -> Transformer:

@@ -385,3 +385,31 @@ def test_load_torch_refuses_a_layer_without_biases():
     theirs = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True, bias=False)
     with pytest.raises(ValueError, match="bias=False"):
         DecoderLayer(16, 4, 32, dropout=0.0).load_torch_(theirs)
+
+
+def test_without_weights_the_transformer_takes_the_fused_path_and_gives_the_same_output(monkeypatch):
+    from course_lib.models import build_model
+
+    torch.manual_seed(0)
+    m = build_model(
+        "transformer",
+        13,
+        13,
+        d_model=32,
+        nhead=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=64,
+        dropout=0.0,
+        max_len=40,
+    )
+    src, tgt = torch.randint(3, 13, (4, 7)), torch.randint(3, 13, (4, 6))
+    src[0, 5:], tgt[1, 4:] = 0, 0  # padding in both
+    slow, _ = m(src, tgt, need_weights=True)
+
+    def formed(*args, **kwargs):
+        raise AssertionError("the weights were formed")
+
+    monkeypatch.setattr("course_lib.multihead.scaled_dot_product_attention", formed)
+    fast = m(src, tgt)
+    torch.testing.assert_close(fast, slow)
