@@ -29,9 +29,10 @@ and in the cell's metadata a caption, alt text and the ``schematic`` class::
     :    classes: schematic
     ```
 
-The pictures have a white background; in the theme's dark mode the stylesheet
-``book/_static/schematics.css`` inverts images of class ``schematic`` (hue kept), so a
-diagram reads as light lines on a dark page.
+The pictures have a white background, and they keep it in the theme's dark mode: the
+stylesheet ``book/_static/schematics.css`` does not invert images of class ``schematic``
+(the theme shows them slightly dimmed on a light card), because their shading carries
+meaning ("darker = larger", "shaded = may attend") that an inversion would turn false.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ __all__ = ["PALETTE", "Canvas", "Box"]
 
 #: Fill colours by role, used the same way in every chapter: queries blue, keys orange,
 #: values green, attention weights purple, masks grey, everything else neutral. Light
-#: tints keep black lettering readable (and invert to dark tints in dark mode).
+#: tints keep black lettering readable, in the theme's dark mode too (never inverted).
 PALETTE: dict[str, str] = {
     "query": "#cfe2f3",
     "key": "#fce5cd",
