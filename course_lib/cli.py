@@ -49,7 +49,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return int(module.main(repeats=args.repeats, threads=args.threads))
+    argv = ["--repeats", str(args.repeats), "--device", args.device]
+    return int(module.main(argv + (["--threads", str(args.threads)] if args.threads else [])))
 
 
 def _device(args: argparse.Namespace) -> str | None:
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="time course_lib vs PyTorch, forward + backward, and print ratios")
     p.add_argument("--repeats", type=int, default=20, help="timed iterations per case (default: 20)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default: cpu)")
     p.set_defaults(func=_cmd_bench)
 
     from .models import MODELS
