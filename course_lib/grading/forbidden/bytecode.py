@@ -52,5 +52,7 @@ def bytecode_refs(code: types.CodeType, env: dict[str, Any], r: Rules, note: Not
             note(dynamic_note(f"{n}()"))
         elif isinstance(value, types.ModuleType):
             note(check_path(value.__name__, n, r, trusted))
+        elif id(value) in r.dynamic:
+            note(dynamic_note(f"{r.dynamic[id(value)]} (written {n})"))
         reached.append(value)
     return reached

@@ -172,6 +172,8 @@ class LiveEnvironment:
             return dynamic_note(f"{written_path} (written {ref.written})")
         if ok and any(value is getattr(builtins, b) for b in DYNAMIC_BUILTINS):
             return dynamic_note(f"{value.__name__}() (written {ref.written})")
+        if ok and id(value) in self.rules.dynamic:  # from sys import _getframe as gf
+            return dynamic_note(f"{self.rules.dynamic[id(value)]} (written {ref.written})")
         return None
 
 

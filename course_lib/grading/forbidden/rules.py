@@ -10,6 +10,7 @@ whether it was read from a cell or from a live object.
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -194,12 +195,15 @@ class Rules:
         methods: tensor methods by name (``method:softmax``).
         objects: for a live scan, ``id(object) -> rule`` of every rule's live object.
         graded: the notebook's own graded functions not to call (``graded:softmax``).
+        dynamic: for a live scan, ``id(object) -> path`` of the objects at
+            :data:`DYNAMIC_PATHS` that are not modules (:func:`dynamic_objects`).
     """
 
     exact: set[str]
     methods: set[str]
     objects: dict[int, str] = field(default_factory=dict)
     graded: set[str] = field(default_factory=set)
+    dynamic: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, rules: Sequence[str], live: bool) -> Rules:
@@ -213,7 +217,30 @@ class Rules:
                 obj = resolve(rule)
                 if obj is not None:
                     r.objects[id(obj)] = rule
+            r.dynamic = dynamic_objects()
         return r
+
+
+def dynamic_objects() -> dict[int, str]:
+    """The functions and classes at :data:`DYNAMIC_PATHS` (``sys._getframe``, ``os.read``) or
+    defined in a module there (``gc.get_objects``, ``ctypes.CDLL``), and ``sys.modules``, by id,
+    in the modules already loaded (code can only hold an object of a loaded module; none is
+    imported here). A live scan that reaches one under another name (``from sys import
+    _getframe as gf``) reports it, as the static scan does."""
+    found: dict[int, str] = {}
+    for path in DYNAMIC_PATHS:
+        module, _, attr = path.rpartition(".")
+        if not module:  # a whole module: what it defines itself (not what it imports)
+            held = vars(sys.modules[path]) if path in sys.modules else {}
+            for name, obj in held.items():
+                if callable(obj) and getattr(obj, "__module__", None) == path:
+                    found.setdefault(id(obj), f"{path}.{name}")
+            continue
+        owner = sys.modules.get(module)
+        obj = vars(owner).get(attr) if owner is not None else None  # no getattr: torch imports lazily
+        if obj is not None and not isinstance(obj, types.ModuleType) and (callable(obj) or path == "sys.modules"):
+            found.setdefault(id(obj), path)
+    return found
 
 
 def under(path: str, prefixes: Iterable[str]) -> str | None:
