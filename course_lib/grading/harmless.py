@@ -2,7 +2,7 @@
 membership tests.
 
 ``importlib`` and ``sys.modules`` can reach any module, the grader's own included, so using them
-holds a notebook for review (:data:`~course_lib.grading.forbidden.REVIEW_PATHS`). Set-up cells
+holds a notebook for review (:data:`~course_lib.grading.forbidden.rules.REVIEW_PATHS`). Set-up cells
 use two harmless parts of them: the installed version of a package
 (``importlib.metadata.version("torch")``) and whether a module is loaded (Colab's
 ``"google.colab" in sys.modules``). These are allowed: :data:`SAFE_PATHS` by name, and

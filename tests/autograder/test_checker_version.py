@@ -64,7 +64,7 @@ def test_editing_the_cli_the_autograder_a_model_or_a_benchmark_leaves_it_unchang
         "assignments.py",  # which functions are graded
         "grading/core.py",  # the judging
         "grading/exercises/ch02.py",  # a check: cases, mistakes, feedback
-        "grading/forbidden.py",
+        "grading/forbidden/walk.py",  # the forbidden-call walker
     ],
 )
 def test_editing_a_reference_or_a_check_changes_it(package, relative):

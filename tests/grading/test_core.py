@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from gc import get_objects
 from pathlib import Path
+from sys import _getframe as grab_frame
 
 import pytest
 import torch
@@ -75,6 +78,39 @@ def test_forbidden_calls_are_found_however_they_are_written(fn, word):
 def test_an_honest_function_has_no_forbidden_calls():
     assert violations_in_function(honest, RULES) == []
     assert violations_in_source(Path(__file__).read_text(), "honest", RULES) == []
+
+
+frames = sys._getframe
+
+
+def reads_a_frame_through_an_imported_name(x, dim=-1):
+    grab_frame(0)
+    return honest(x, dim)
+
+
+def reads_a_frame_through_a_module_level_alias(x, dim=-1):
+    frames(0)
+    return honest(x, dim)
+
+
+def lists_every_object_through_an_imported_name(x, dim=-1):
+    get_objects()
+    return honest(x, dim)
+
+
+@pytest.mark.parametrize(
+    "fn,path",
+    [
+        (reads_a_frame_through_an_imported_name, "sys._getframe"),
+        (reads_a_frame_through_a_module_level_alias, "sys._getframe"),
+        (lists_every_object_through_an_imported_name, "gc.get_objects"),
+    ],
+)
+def test_a_frame_or_gc_function_under_another_name_is_found_live_as_statically(fn, path):
+    live = violations_in_function(fn, RULES)
+    static = violations_in_source(Path(__file__).read_text(), fn.__name__, RULES)
+    assert live and f"uses {path} (written " in live[0]
+    assert static and f"uses {path} (written " in static[0]
 
 
 def test_a_forbidden_call_scores_zero_with_the_reason():

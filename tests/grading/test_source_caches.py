@@ -11,13 +11,14 @@ from __future__ import annotations
 import pytest
 
 from course_lib.autograder import demos, notebook
-from course_lib.grading import forbidden, parsing
+from course_lib.grading import parsing
+from course_lib.grading.forbidden import cells
 from course_lib.grading.parsing import SHARED_CHARS, parse_shared
 from course_lib.grading.sourcecache import SourceCache
 
 CACHES = {
     "parse_shared": (parsing._parse_cached, parse_shared),
-    "cell readings": (forbidden._cell_reading, forbidden._cell_reading),
+    "cell readings": (cells.cell_reading, cells.cell_reading),
     "IPython transforms": (notebook._transform_shared, notebook._transform),
     "demo blocks": (demos._cell, demos._cell),
 }
@@ -34,7 +35,7 @@ SMALL = 10 * SHARED_CHARS + 1
 
 
 def test_each_cache_holds_at_most_a_few_million_characters_of_source():
-    assert parsing._parse_cached.max_chars == forbidden._cell_reading.max_chars == parsing.SHARED_TOTAL_CHARS
+    assert parsing._parse_cached.max_chars == cells.cell_reading.max_chars == parsing.SHARED_TOTAL_CHARS
     assert parsing.SHARED_TOTAL_CHARS <= 1_000_000  # trees: about 30 to 130 MB
     assert notebook._transform_shared.max_chars <= 4_000_000 and demos._cell.max_chars <= 4_000_000
     assert all(cache.max_item_chars == SHARED_CHARS for cache, _ in CACHES.values())
