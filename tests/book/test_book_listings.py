@@ -36,6 +36,7 @@ TEACHING = {
     "course_lib.transformer.Transformer.forward": "06_transformer",
     "course_lib.transformer.Transformer.decode_step": "06_transformer",
     "course_lib.training._train": "06_transformer",
+    "course_lib.multihead.fused_attention": "07_efficient_attention",
 }
 
 
