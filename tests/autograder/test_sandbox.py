@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from course_lib.autograder.sandbox import codec, isolation
 from course_lib.autograder.sandbox.runner import Job, Limits, Runner, SandboxUnavailable
 from course_lib.autograder.sandbox.worker.protocol import SCRATCH
-from course_lib.grading.core import Call, Outcome
+from course_lib.grading.model import Call, Outcome
 
 COURSE_SOURCE = ROOT / "course_lib" / "attention.py"
 # Generous limits so that a busy machine cannot make an honest job time out; the tests of
