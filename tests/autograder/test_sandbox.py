@@ -512,7 +512,7 @@ def test_other_students_files_and_the_course_source_cannot_be_read(runner, secre
     paths = [
         str(secret_dir / "alice.ipynb"),
         str(COURSE_SOURCE),
-        str(ROOT / "course_lib" / "grading" / "core.py"),
+        str(ROOT / "course_lib" / "grading" / "judging.py"),
         str(ROOT / "solutions"),
         "/root/.bash_history",
         "/etc/shadow",
