@@ -122,8 +122,8 @@ def where_the_time_goes(assignment: str, sandbox: str) -> None:
     from course_lib.autograder.demos import skip_demos
     from course_lib.autograder.notebook import code_cells
     from course_lib.autograder.sandbox.runner import Limits, Runner
-    from course_lib.grading.core import judge
     from course_lib.grading.forbidden import NotebookScan
+    from course_lib.grading.judging import judge
     from course_lib.grading.registry import exercises_of
 
     solution = (ROOT / "solutions" / f"{assignment}.ipynb").read_bytes()

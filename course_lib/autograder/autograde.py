@@ -16,9 +16,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from ..grading.core import Exercise, Outcome, Report, judge, zero_report
+from ..grading.exercise_spec import Exercise
 from ..grading.forbidden import NotebookScan
+from ..grading.judging import judge, zero_report
+from ..grading.model import Outcome
 from ..grading.registry import ASSIGNMENTS, exercise, exercises_of
+from ..grading.report import Report
 from ..grading.standins import composed, static_callees
 from .demos import skip_demos
 from .notebook import NotebookError, code_cells, function_sources, think_answers

@@ -14,7 +14,7 @@ import argparse
 import signal
 import sys
 
-from ..grading.core import CALL_TIME_LIMIT
+from ..grading.run import CALL_TIME_LIMIT
 
 
 def _cmd_assign(args: argparse.Namespace) -> int:
@@ -100,8 +100,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..grading.core import Report
     from ..grading.registry import ASSIGNMENTS
+    from ..grading.report import Report
     from .autograde import grade_submission, refused_record
     from .batch import read_submission
     from .notebook import NotebookError

@@ -17,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .core import Call, Case, Exercise, Mistake, Outcome, Report, TestResult, judge, run_calls, zero_report
+from .exercise_spec import Exercise, run_calls
 from .forbidden import violations_in_function
+from .judging import judge, zero_report
+from .model import Call, Case, Mistake, Outcome
 from .registry import ASSIGNMENTS, assignment_of, exercise, exercises_of
+from .report import Report, TestResult
 from .standins import composed, live_callees, standing_in
 
 __all__ = [

@@ -2,8 +2,8 @@
 inputs' shapes and a hint; each named mistake once with the tests it explains; how a function
 scored with its own callees when references stood in for them.
 
-Plain functions of plain data (messages, calls, result dicts), used by :mod:`.core` to build
-reports and by the autograder's exports to render stored records.
+Plain functions of plain data (messages, calls, result dicts), used by :mod:`.judging` and
+:mod:`.report` to build and show reports, and by the autograder's exports to render stored records.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 from ..assignments import ASSIGNMENTS, TABLE
-from .core import Exercise
+from .exercise_spec import Exercise
 
 __all__ = ["ASSIGNMENTS", "assignment_of", "exercise", "exercises_of"]
 

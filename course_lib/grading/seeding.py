@@ -31,13 +31,15 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .core import Call, Case, Exercise
+from .compare import default_judge
+from .model import Call, Case, Mistake
+from .run import call_once
 
 __all__ = ["current_seed", "mixed_seed", "fresh_cases", "FreshCases", "input_independent", "same_inputs"]
 
@@ -55,6 +57,27 @@ def mixed_seed(*parts: Any) -> int:
     """A 63-bit seed from the parts (stable across runs and machines)."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
+
+
+class _Exercise(Protocol):
+    """What seeding reads of an :class:`~course_lib.grading.exercise_spec.Exercise` (which calls it,
+    so it is not imported here)."""
+
+    name: str
+    mistakes: list[Mistake]
+    output_names: tuple[str, ...]
+    structure_args: tuple[int | str, ...]
+    _failing: dict[int, list[Mistake]]
+
+    @property
+    def reference(self) -> Callable[..., Any]: ...
+
+    @property
+    def make_cases(self) -> Callable[[], list[Case]]: ...
+
+    def cases(self, seed: int | None = None) -> list[Case]: ...
+
+    def expected(self, seed: int | None = None) -> list[list[Any]]: ...
 
 
 @dataclass
@@ -95,8 +118,6 @@ def _scale_value(v: Any, factor: float, memo: dict[int, Any]) -> Any:
 
 def _scaled(case: Case, factor: float, keep: tuple[int | str, ...] = ()) -> Case:
     """The case with its value tensors times ``factor``; arguments in ``keep`` stay as they are."""
-    from .core import Call
-
     memo: dict[int, Any] = {}
     calls = [
         Call(
@@ -114,7 +135,7 @@ def _factor(seed: int, name: str, index: int, attempt: int) -> float:
     return 0.6 + 0.3 * u if u < 0.5 else 1.1 + 0.5 * (u - 0.5) * 2  # in [0.6, 0.75) or [1.1, 1.6)
 
 
-def _build(exercise: Exercise, seed: int) -> list[Case]:
+def _build(exercise: _Exercise, seed: int) -> list[Case]:
     token = _SEED.set(seed)
     try:
         return exercise.make_cases()
@@ -122,9 +143,7 @@ def _build(exercise: Exercise, seed: int) -> list[Case]:
         _SEED.reset(token)
 
 
-def _fails(exercise: Exercise, case: Case, fn: Any, expected: list[Any]) -> bool:
-    from .core import _default_judge, call_once
-
+def _fails(exercise: _Exercise, case: Case, fn: Any, expected: list[Any]) -> bool:
     outs = []
     for c in case.calls:
         o = call_once(fn, c, time_limit=None)
@@ -132,14 +151,12 @@ def _fails(exercise: Exercise, case: Case, fn: Any, expected: list[Any]) -> bool
             return True
         outs.append(o.value)
     try:
-        return (case.judge or _default_judge(case, exercise.output_names))(case.calls, outs, expected) is not None
+        return (case.judge or default_judge(case, exercise.output_names))(case.calls, outs, expected) is not None
     except Exception:  # noqa: BLE001 - a judge that cannot read a wrong output: a failure
         return True
 
 
-def _reference_outputs(exercise: Exercise, case: Case) -> list[Any] | None:
-    from .core import call_once
-
+def _reference_outputs(exercise: _Exercise, case: Case) -> list[Any] | None:
     outs = []
     for c in case.calls:
         o = call_once(exercise.reference, c, time_limit=None)
@@ -149,7 +166,7 @@ def _reference_outputs(exercise: Exercise, case: Case) -> list[Any] | None:
     return outs
 
 
-def _failing_mistakes(exercise: Exercise, i: int, base: Case) -> list[Any]:
+def _failing_mistakes(exercise: _Exercise, i: int, base: Case) -> list[Any]:
     """The named mistakes that the self-check's case ``i`` catches (computed once)."""
     if i not in exercise._failing:  # the mistakes this case catches (the same for every seed)
         base_expected = exercise.expected()[i]
@@ -157,7 +174,7 @@ def _failing_mistakes(exercise: Exercise, i: int, base: Case) -> list[Any]:
     return exercise._failing[i]
 
 
-def _keeps_the_mistakes(exercise: Exercise, cand: Case, failing: list[Any]) -> bool:
+def _keeps_the_mistakes(exercise: _Exercise, cand: Case, failing: list[Any]) -> bool:
     """The reference passes ``cand`` and every mistake in ``failing`` still fails it."""
     ref = _reference_outputs(exercise, cand)
     if ref is None or _fails(exercise, cand, exercise.reference, ref):
@@ -180,7 +197,7 @@ def public(case: Case, plain: list[Case]) -> bool:
     return all(any(_same_call(c, p) for p in calls) for c in case.calls)
 
 
-def fresh_cases(exercise: Exercise, seed: int) -> FreshCases:
+def fresh_cases(exercise: _Exercise, seed: int) -> FreshCases:
     """The exercise's cases with every input drawn from ``seed`` (see the module docstring).
 
     A drawn case whose calls are all the self-check's (:func:`public`: integer inputs drawn
@@ -211,7 +228,7 @@ def fresh_cases(exercise: Exercise, seed: int) -> FreshCases:
     return FreshCases(out, fallbacks, unchanged)
 
 
-def _choose(exercise: Exercise, seed: int, i: int, new: Case, plain: list[Case], failing: list[Any]) -> Case | None:
+def _choose(exercise: _Exercise, seed: int, i: int, new: Case, plain: list[Case], failing: list[Any]) -> Case | None:
     """The first of ``new`` rescaled by each factor, then ``new`` itself, that is not public
     and keeps the mistakes; None when none is."""
     keep = exercise.structure_args
@@ -261,7 +278,7 @@ def _same_call(x: Call, y: Call) -> bool:
     return _same(x.args, y.args) and _same(dict(x.kwargs), dict(y.kwargs))
 
 
-def input_independent(exercise: Exercise) -> set[int]:
+def input_independent(exercise: _Exercise) -> set[int]:
     """The value cases whose expected output does not depend on the input values (a softmax over
     a dimension of size 1 is 1 whatever the scores): redrawn and rescaled inputs give the very
     same reference output. Such a case can be passed by outputs that are not an implementation."""

@@ -4,7 +4,7 @@ When a graded function calls another graded function of the same notebook (``sel
 calls the student's ``scaled_dot_product_attention``), a mistake in the callee would also cost
 the caller's points. So when a callee fails its own tests, the caller is graded a second time
 with the reference standing in for every graded callee, and that run's score counts; the
-feedback still shows how the student's own composition scored (:class:`~.core.Composition`).
+feedback still shows how the student's own composition scored (:class:`~.report.Composition`).
 
 This module finds the callees (in a live function for :func:`course_lib.grading.check`, in a
 notebook's source for the autograder) and does the live stand-in. The autograder's stand-in
@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .core import Composition, Report
 from .forbidden import StaticEnvironment
 from .graded_names import defines
 from .history import executed_cells
 from .livecode import code_loads, defined_here
+from .report import Composition, Report
 
 __all__ = ["live_callees", "static_callees", "written", "standing_in", "composed"]
 

@@ -15,7 +15,7 @@ from test_sandbox import LEVELS, LIMITS, uid_processes
 from course_lib.autograder.sandbox.bounded import bounded_call
 from course_lib.autograder.sandbox.cgroup import MemoryCgroup
 from course_lib.autograder.sandbox.runner import Job, Runner
-from course_lib.grading.core import Call
+from course_lib.grading.model import Call
 
 SLOTS = {"bubblewrap": 48, "namespaces": 49}
 

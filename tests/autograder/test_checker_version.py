@@ -62,7 +62,7 @@ def test_editing_the_cli_the_autograder_a_model_or_a_benchmark_leaves_it_unchang
         "softmax.py",  # one that another imports
         "_checks.py",  # argument validation the references run
         "assignments.py",  # which functions are graded
-        "grading/core.py",  # the judging
+        "grading/judging.py",  # the judging
         "grading/exercises/ch02.py",  # a check: cases, mistakes, feedback
         "grading/forbidden/walk.py",  # the forbidden-call walker
     ],

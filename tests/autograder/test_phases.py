@@ -13,8 +13,8 @@ import torch
 from test_sandbox import LEVELS, LIMITS, check_honest, honest_job, uid_processes
 
 from course_lib.autograder.sandbox.runner import Job, Runner, plan_phases
-from course_lib.grading.core import Call, Outcome
 from course_lib.grading.forbidden import watch_spec
+from course_lib.grading.model import Call, Outcome
 
 pytestmark = pytest.mark.sandbox
 

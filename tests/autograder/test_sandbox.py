@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from course_lib.autograder.sandbox import codec, isolation
 from course_lib.autograder.sandbox.runner import Job, Limits, Runner, SandboxUnavailable
 from course_lib.autograder.sandbox.worker.protocol import SCRATCH
-from course_lib.grading.core import Call, Outcome
+from course_lib.grading.model import Call, Outcome
 
 COURSE_SOURCE = ROOT / "course_lib" / "attention.py"
 # Generous limits so that a busy machine cannot make an honest job time out; the tests of
@@ -512,7 +512,7 @@ def test_other_students_files_and_the_course_source_cannot_be_read(runner, secre
     paths = [
         str(secret_dir / "alice.ipynb"),
         str(COURSE_SOURCE),
-        str(ROOT / "course_lib" / "grading" / "core.py"),
+        str(ROOT / "course_lib" / "grading" / "judging.py"),
         str(ROOT / "solutions"),
         "/root/.bash_history",
         "/etc/shadow",

@@ -704,7 +704,7 @@ def test_attention_must_call_the_students_own_softmax_not_torchs():
 
 def test_the_reference_attention_runs_no_softmax_operator_under_the_runtime_watch():
     from course_lib.grading import run_calls
-    from course_lib.grading.core import runtime_violations
+    from course_lib.grading.judging import runtime_violations
 
     for name in ("scaled_dot_product_attention", "self_attention"):
         ex = exercise(name)

@@ -525,7 +525,7 @@ def test_the_temporary_limit_leaves_the_reference_room_and_catches_the_full_scor
     ex = exercise("tiled_attention")
     watch = ex.watch()
     assert watch.get("largest") is True
-    from course_lib.grading.core import call_once
+    from course_lib.grading.run import call_once
 
     caught = 0
     for case in ex.cases():

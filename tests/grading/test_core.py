@@ -16,8 +16,10 @@ from torch.nn.functional import softmax as renamed_softmax
 
 import course_lib
 from course_lib.grading import Report, check, when_implemented
-from course_lib.grading.core import Call, call_once, compare, to_plain
+from course_lib.grading.compare import compare
 from course_lib.grading.forbidden import violations_in_function, violations_in_source
+from course_lib.grading.model import Call
+from course_lib.grading.run import BadReturnType, call_once, to_plain
 
 RULES = ("torch.softmax", "torch.nn.functional.softmax", "method:softmax")
 
@@ -135,10 +137,18 @@ class SubTensor(torch.Tensor):
 
 @pytest.mark.parametrize("value", [PretendTensor(), torch.zeros(2, 3).as_subclass(SubTensor), "tensor", None, {1: 2}])
 def test_objects_that_are_not_plain_tensors_are_refused_without_calling_them(value):
-    with pytest.raises(TypeError, match="returned a"):
+    with pytest.raises(BadReturnType, match="returned a"):
         to_plain(value)
     out = call_once(lambda: value, Call())
     assert out.status == "bad_type"
+
+
+def test_a_type_error_the_function_raises_is_an_error_even_when_it_reads_like_a_bad_return():
+    def pretends():
+        raise TypeError("returned a str, expected a torch.Tensor")
+
+    out = call_once(pretends, Call())
+    assert out.status == "error" and out.message.startswith("raised TypeError: returned a str")
 
 
 def test_exceptions_and_not_implemented_are_outcomes_not_crashes():

@@ -13,9 +13,9 @@ from conftest import assert_diagnosed, assert_forbidden
 
 import course_lib
 from course_lib.grading import check, exercise, judge, run_calls
-from course_lib.grading.core import Call
 from course_lib.grading.feedback import error_hint, mistakes_of
 from course_lib.grading.forbidden import NotebookScan, violations_in_function
+from course_lib.grading.model import Call
 
 # -- forbidden calls that hide (part 3) ------------------------------------------------------
 

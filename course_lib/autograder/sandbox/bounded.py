@@ -24,7 +24,8 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...grading.core import Call, Outcome, call_once
+from ...grading.model import Call, Outcome
+from ...grading.run import call_once
 
 __all__ = ["bounded_call"]
 
@@ -54,7 +55,7 @@ def _address_space() -> int:
 
 
 def bounded_call(fn: Callable[..., Any], call: Call, max_bytes: int, seconds: float) -> Outcome:
-    """``fn(*call.args, **call.kwargs)`` as :func:`~course_lib.grading.core.call_once` makes it,
+    """``fn(*call.args, **call.kwargs)`` as :func:`~course_lib.grading.run.call_once` makes it,
     with at most ``max_bytes`` more address space and ``seconds`` (checked between torch
     operators); past a bound, an ``error`` outcome that says which."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)

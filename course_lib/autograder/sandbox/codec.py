@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...grading.core import Call
+from ...grading.model import Call
 from ...grading.parsing import LOCK
 from .worker.protocol import (
     MAX_DEPTH,

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...grading.core import OUTCOME_STATUSES, Call, Outcome
+from ...grading.model import OUTCOME_STATUSES, Call, Outcome
 from .bounded import bounded_call
 from .codec import BadResult, Budget, decode_value, encode_arg, encode_call
 from .jobs import Job, _clip_str, _Lost, _Pipes, plan_phases

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...grading.core import CALL_TIME_LIMIT, Call, Outcome
+from ...grading.model import Call, Outcome
+from ...grading.run import CALL_TIME_LIMIT
 from ..text import student_message
 from .worker import protocol
 
@@ -36,7 +37,7 @@ class Limits:
 class Job:
     """One submission: its code cells (in order; an empty string is a cell not to run), the
     calls to make afterwards, and per function what the runtime layer watches
-    (:meth:`course_lib.grading.core.Exercise.watch`)."""
+    (:meth:`course_lib.grading.exercise_spec.Exercise.watch`)."""
 
     cells: list[str]
     calls: dict[str, list[Call]]

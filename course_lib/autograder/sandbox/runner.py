@@ -68,7 +68,7 @@ import weakref
 from dataclasses import asdict
 from typing import IO, Any
 
-from ...grading.core import Outcome
+from ...grading.model import Outcome
 from ..notebook import python_source
 from ..text import valid_utf8
 from . import isolation as iso

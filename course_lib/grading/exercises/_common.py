@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from ..core import Call, compare
+from ..compare import compare
+from ..model import Call
 from ..oplists import ATTENTION_OPS, NORMALISATION_OPS, SOFTMAX_OPS, family_rules
 from ..seeding import current_seed, mixed_seed
 

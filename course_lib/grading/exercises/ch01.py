@@ -22,7 +22,8 @@ from ... import (
     scaled_dot_score,
     softmax,
 )
-from ..core import Call, Case, Exercise, Mistake
+from ..exercise_spec import Exercise
+from ..model import Call, Case, Mistake
 from ._common import first_structure_problem, randn, rng, structure_problem, sums_to_one
 
 __all__ = ["EXERCISES"]

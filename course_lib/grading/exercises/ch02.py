@@ -15,7 +15,8 @@ import math
 import torch
 
 from ... import scaled_dot_product_attention, self_attention, softmax
-from ..core import Call, Case, Exercise, Mistake
+from ..exercise_spec import Exercise
+from ..model import Call, Case, Mistake
 from ._common import SOFTMAX_FAMILY, WHOLE_ATTENTION, first_structure_problem, rand_mask, randn, rng, sums_to_one
 
 __all__ = ["EXERCISES"]

@@ -19,7 +19,9 @@ from typing import Any
 import torch
 
 from ... import merge_heads, multi_head_attention, multi_head_attention_sum_form, split_heads
-from ..core import Call, Case, Exercise, Mistake, compare
+from ..compare import compare
+from ..exercise_spec import Exercise
+from ..model import Call, Case, Mistake
 from ._common import WHOLE_ATTENTION, rand_mask, randn, rng
 
 __all__ = ["EXERCISES"]

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from ... import relative_position_matrix, sinusoidal_positional_encoding
-from ..core import Call, Case, Exercise, Mistake
+from ..exercise_spec import Exercise
+from ..model import Call, Case, Mistake
 from ._common import fresh_int, rng
 
 __all__ = ["EXERCISES"]

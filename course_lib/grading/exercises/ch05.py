@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from ... import add_and_norm, layer_norm
-from ..core import Call, Case, Exercise, Mistake
+from ..exercise_spec import Exercise
+from ..model import Call, Case, Mistake
 from ._common import NORMALISATIONS, randn, rng
 
 __all__ = ["EXERCISES"]

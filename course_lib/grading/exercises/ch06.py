@@ -9,7 +9,9 @@ from typing import Any
 import torch
 
 from ... import causal_mask, label_smoothing_loss, padding_mask, position_wise_feed_forward
-from ..core import Call, Case, Exercise, Mistake, compare
+from ..compare import compare
+from ..exercise_spec import Exercise
+from ..model import Call, Case, Mistake
 from ..seeding import current_seed
 from ._common import fresh_int, randn, rng
 

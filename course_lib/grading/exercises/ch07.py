@@ -31,7 +31,9 @@ import torch
 
 from ... import cached_attention_step, sliding_window_mask, softmax, tiled_attention
 from ..._checks import _broadcast
-from ..core import Call, Case, Exercise, Mistake, compare
+from ..compare import compare
+from ..exercise_spec import Exercise
+from ..model import Call, Case, Mistake
 from ._common import SOFTMAX_FAMILY, WHOLE_ATTENTION, rand_mask, randn, rng
 
 __all__ = ["EXERCISES"]

@@ -50,7 +50,7 @@ class _Values:
         return decode_tree(node, blobs, self._tensor_arg, ARG_TAGS)
 
     def _encode(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
-        """Mirror of core.to_plain: exact torch.Tensor, python numbers, tuples/lists of those."""
+        """Mirror of grading.run.to_plain: exact torch.Tensor, python numbers, tuples/lists of those."""
         if depth > MAX_DEPTH:
             raise _BadType("returned a value nested too deeply")
         t = type(value)
