@@ -9,7 +9,7 @@ a quarter. So the grading runs in a :class:`GradingProcess` of its own, with one
 :class:`~course_lib.autograder.sandbox.Runner` (whose zygote is a separate process, as
 always: no student code runs in a grading process):
 
-- ``grade_all`` with ``jobs >= 2`` forks ``jobs`` of them (:func:`grade_in_processes`);
+- ``grade_all`` with ``jobs >= 2`` forks ``jobs`` of them (:class:`.backends.ForkPool`, :func:`grade_in_processes`);
 - each Dask worker forks one (:class:`~course_lib.autograder.cluster.GraderPlugin`), and
   its task thread only hands it the job and waits.
 
