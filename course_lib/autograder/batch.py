@@ -114,12 +114,12 @@ class Summary:
     isolation: str = "none"
     memory: str = ""
     seed: int | None = None
-    statuses: Counter = field(default_factory=Counter)
-    by_assignment: dict = field(default_factory=lambda: defaultdict(list))
+    statuses: Counter[str] = field(default_factory=Counter)
+    by_assignment: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "student/assignment: reason" (status error)
     peak_mb: float = 0.0
-    deadlines: dict = field(default_factory=dict)  # assignment -> LatePolicy, where one applies
+    deadlines: dict[str, LatePolicy] = field(default_factory=dict)  # where a late penalty applies
     late: int = 0  # submissions with a penalty
     no_time: int = 0  # submissions under a deadline without a submission time (counted on time)
 
