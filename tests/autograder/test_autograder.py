@@ -568,7 +568,7 @@ def test_one_broken_notebook_never_stops_the_batch(graded):
     assert rows["big_code_cell"].status == "invalid" and "characters of code" in rows["big_code_cell"].messages[0]
     text = json.dumps(rows["surrogate_in_exceptions"].to_json(), ensure_ascii=False)
     assert "\ufffd" in text and rows["surrogate_in_exceptions"].status == "graded"
-    assert "returned more than" in json.dumps(rows["same_array_many_times"])
+    assert "returned more than" in json.dumps(rows["same_array_many_times"].to_json())
 
 
 def test_invalid_files_are_refused_with_the_reason(graded):
@@ -590,9 +590,9 @@ def test_attacks_on_the_machine_leave_everything_intact(graded):
     assert (subs / "honest1" / f"{A}.ipynb").is_file()
     assert rows["infinite_loop_call"].functions[0]["results"][0]["feedback"].startswith("took longer")
     assert rows["renamed_function"].functions[0]["status"] == "missing"
-    assert "reference" in json.dumps(rows["uses_reference"])
-    assert "expected a torch.Tensor" in json.dumps(rows["pretend_tensor"])
-    assert "not a function defined with def" in json.dumps(rows["bound_to_a_library_function"])
+    assert "reference" in json.dumps(rows["uses_reference"].to_json())
+    assert "expected a torch.Tensor" in json.dumps(rows["pretend_tensor"].to_json())
+    assert "not a function defined with def" in json.dumps(rows["bound_to_a_library_function"].to_json())
 
 
 def test_summary_names_the_isolation_memory_limit_and_inputs(graded):
