@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from course_lib.autograder.batch import grade_all
+    from course_lib.autograder.config import GradeConfig
     from course_lib.autograder.gradebook import Gradebook
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-grading-"))
@@ -207,13 +208,14 @@ def main(argv: list[str] | None = None) -> int:
         Gradebook.save = timed_save  # type: ignore[method-assign]
         t0 = time.perf_counter()
         try:
-            summary = grade_all(subs, db, jobs=args.jobs, sandbox=args.sandbox, progress=False, out=sys.stderr)
+            config = GradeConfig(jobs=args.jobs, sandbox=args.sandbox, progress=False)
+            summary = grade_all(subs, db, config, out=sys.stderr)
         finally:
             Gradebook.save = commit  # type: ignore[method-assign]
         ours = time.perf_counter() - t0
         with Gradebook(db) as book:
             rows = list(book.rows())
-        scores = [r["score"] for _, r in rows]
+        scores = [r.score for _, r in rows]
         print(
             f"course-lib grade: {args.n} submissions of {args.assignment}, {args.jobs} jobs, isolation "
             f"{summary.isolation}: {ours:.1f} s wall ({args.n / ours:.2f} submissions/s), "
@@ -233,14 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                 with Client(cluster) as client:  # the workers import the grader first, as this process did
                     client.run(_import_grader)
                 t0 = time.perf_counter()
-                grade_all(
-                    subs,
-                    tmp / "cluster.sqlite",
-                    sandbox=args.sandbox,
-                    progress=False,
-                    out=sys.stderr,
-                    scheduler=cluster.scheduler_address,
-                )
+                on_cluster = GradeConfig(sandbox=args.sandbox, progress=False, scheduler=cluster.scheduler_address)
+                grade_all(subs, tmp / "cluster.sqlite", on_cluster, out=sys.stderr)
                 remote = time.perf_counter() - t0
             print(
                 f"on a local Dask cluster of {args.jobs} one-thread workers: {remote:.1f} s wall "

@@ -25,9 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DEADLINE = "2026-11-24T00:00:00+00:00"  # of the late records planted
 
 #: What a student's statements are made of: methods, torch functions and operators drawn at
 #: random, so that two independent students rarely write the same statements in the same order.
@@ -115,6 +117,7 @@ def make_gradebook(path: Path, n: int, seed: int = 0) -> tuple[int, int, int]:
     from course_lib.autograder.autograde import failed_record, refused_record
     from course_lib.autograder.gradebook import Gradebook
     from course_lib.autograder.notebook import code_cells, function_sources, think_answers
+    from course_lib.autograder.record import Late, Record
     from course_lib.grading import check
     from course_lib.grading.registry import ASSIGNMENTS, exercise
 
@@ -165,37 +168,37 @@ def make_gradebook(path: Path, n: int, seed: int = 0) -> tuple[int, int, int]:
                     else:
                         reports.append(right[f])
                 score = float(sum(x["score"] for x in reports))
-                record = {
-                    "assignment": assignment,
-                    "sha256": "",
-                    "status": "timeout" if r < 0.04 else "graded",
-                    "score": score,
-                    "max_score": float(sum(x["max_score"] for x in reports)),
-                    "messages": [],
-                    "functions": reports,
-                    "isolation": "bwrap",
-                    "seed": None,
-                    "fixed_cases": 0,
-                    "flags": [],
-                }
+                record = Record(
+                    assignment=assignment,
+                    sha256="",
+                    status="timeout" if r < 0.04 else "graded",
+                    raw_score=score,
+                    max_score=float(sum(x["max_score"] for x in reports)),
+                    functions=tuple(reports),
+                    isolation="bwrap",
+                )
                 if rng.random() < 0.05:
-                    record["late"] = {"days": 1, "fraction": 0.1, "points": round(score * 0.1, 6)}
-                    record["score"] = score * 0.9
-            record["sources"] = sources[student] if record["status"] != "invalid" else {}
-            record["answers"] = [
+                    late = Late(1, 0.1, round(score * 0.1, 6), "2026-11-25T00:00:00+00:00", DEADLINE, 0.1, 1.0)
+                    record = record.stamp(late.submitted, late)
+            answers = [
                 {"id": q, "answer": " ".join(rng.sample(SENTENCES, rng.randint(2, 4))) if rng.random() < 0.7 else ""}
                 for q in questions
             ]
+            record = replace(
+                record,
+                sources=sources[student] if record.status != "invalid" else {},
+                answers=tuple(answers),
+            )
             rows.append(
                 (
                     student,
                     assignment,
                     "",
                     "bench",
-                    record["status"],
-                    record["score"],
-                    record["max_score"],
-                    json.dumps(record, sort_keys=True),
+                    record.status,
+                    record.score,
+                    record.max_score,
+                    json.dumps(record.to_json(), sort_keys=True),
                     0.5,
                     "2026-11-24T00:00:00Z",
                 )

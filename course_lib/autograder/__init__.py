@@ -3,8 +3,12 @@ keep the gradebook, export it.
 
 - :mod:`.assign`: exercise notebooks from the solution notebooks
 - :mod:`.notebook`: reading a submitted notebook's bytes (size, UTF-8, JSON, nbformat)
-- :mod:`.autograde`: one submission -> one JSON record
-- :mod:`.batch`: a class's folder -> the gradebook, in parallel
+- :mod:`.autograde`: one submission -> one :class:`~.record.Record`
+- :mod:`.record`: the record (raw score, late penalty, final score) and its JSON
+- :mod:`.config`: :class:`~.config.GradeConfig`, how a class is graded
+- :mod:`.batch`: a class's folder -> the gradebook: discover, skip, grade, record
+- :mod:`.backends`: where notebooks are graded: this process, :mod:`.pool` or :mod:`.cluster` (Dask)
+- :mod:`.deadlines`: late penalties and submission times
 - :mod:`.gradebook`: the SQLite gradebook
 - :mod:`.exports`: CSV, Gradescope results and feedback reports
 - :mod:`.sandbox`: running student code isolated, and the wire protocol to it

@@ -5,7 +5,7 @@ here), parses every cell once, finds forbidden calls reachable from the graded f
 notebook-wide use of introspection (the static layer, :mod:`course_lib.grading.forbidden`),
 has a sandbox (:class:`course_lib.autograder.sandbox.Runner`) run the readable cells and make
 the calls, one at a time and watched (the runtime layer), and judges the plain arrays that
-come back in this process. The record it returns is plain JSON data, so the same job can run
+come back in this process. The record it returns (:class:`.record.Record`) is plain data, so the same job can run
 on another machine and send its record back.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, cast
 
 from ..grading.exercise_spec import Exercise
 from ..grading.forbidden import NotebookScan
@@ -25,10 +25,13 @@ from ..grading.report import Report
 from ..grading.standins import composed, static_callees
 from .demos import skip_demos
 from .notebook import NotebookError, code_cells, function_sources, think_answers
+from .record import Record, RecordStatus
 from .text import clean_record, student_message
 
 __all__ = [
     "grade_submission",
+    "grade_or_fail",
+    "failure_reason",
     "refused_record",
     "failed_record",
     "checker_version",
@@ -37,15 +40,7 @@ __all__ = [
     "sha256",
     "make_job",
     "split_outcomes",
-    "STATUSES",
 ]
-
-#: What a record's ``status`` can be: the notebook was graded, refused as not a notebook,
-#: stopped at its time limit, crashed, held for an instructor's review (it tampered with the
-#: grading), or could not be graded because of a fault on the grader's side (regraded on the
-#: next run).
-RecordStatus = Literal["graded", "invalid", "timeout", "crashed", "review", "error"]
-STATUSES: tuple[str, ...] = get_args(RecordStatus)
 
 
 def sha256(data: bytes) -> str:
@@ -192,30 +187,37 @@ def _record(
     flags: list[str] | None = None,
     fallbacks: int = 0,
     written: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    written = written or {}
-    return clean_record(
+) -> Record:
+    """A record made by grading (not stamped yet), every string from the submission made valid UTF-8."""
+    text = clean_record(
         {
-            "assignment": assignment,
-            "sha256": digest,
-            "status": status,
-            "score": float(sum(r.score for r in reports)),
-            "max_score": float(sum(r.max_score for r in reports)),
             "messages": messages,
             "functions": [r.to_dict() for r in reports],
-            "isolation": isolation,
-            "seed": seed,
-            "fixed_cases": fallbacks,
             "flags": flags or [],
-            "sources": written.get("sources", {}),
-            "answers": written.get("answers", []),
+            "sources": (written or {}).get("sources", {}),
+            "answers": (written or {}).get("answers", []),
         }
+    )
+    return Record(
+        assignment=assignment,
+        sha256=digest,
+        status=status,
+        raw_score=float(sum(r.score for r in reports)),
+        max_score=float(sum(r.max_score for r in reports)),
+        messages=tuple(text["messages"]),
+        functions=tuple(text["functions"]),
+        isolation=isolation,
+        seed=seed,
+        fixed_cases=fallbacks,
+        flags=tuple(text["flags"]),
+        sources=text["sources"],
+        answers=tuple(text["answers"]),
     )
 
 
 def refused_record(
     assignment: str, reason: str, digest: str = "", isolation: str = "none", seed: int | None = None
-) -> dict[str, Any]:
+) -> Record:
     """The record of a submission that is not graded at all (every function 0), with the reason."""
     msg = f"Not graded: {reason}."
     return _record(
@@ -231,7 +233,7 @@ def refused_record(
 
 def failed_record(
     assignment: str, reason: str, digest: str = "", isolation: str = "none", seed: int | None = None
-) -> dict[str, Any]:
+) -> Record:
     """The record of a submission the grader could not grade through no fault of the student's
     (status ``error``): 0 for now, and regraded on the next run."""
     msg = f"Not graded yet: the grader failed ({reason}); it will be graded again."
@@ -259,7 +261,7 @@ def _cell_number(message: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def grade_submission(data: bytes, assignment: str, runner, seed: int | None = None) -> dict[str, Any]:
+def grade_submission(data: bytes, assignment: str, runner, seed: int | None = None) -> Record:
     """Grade one notebook's bytes for ``assignment`` with ``runner`` (a sandbox Runner).
 
     Args:
@@ -270,14 +272,8 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             :mod:`course_lib.grading.seeding`); None uses the self-check's inputs.
 
     Returns:
-        A JSON-serialisable record: ``assignment``, ``sha256``, ``status`` (one of
-        :data:`STATUSES`), ``score``, ``max_score``, ``messages`` (notebook-level feedback),
-        ``functions`` (one report per graded function), ``isolation``, ``seed``,
-        ``fixed_cases`` (cases whose inputs under ``seed`` equal the self-check's), ``flags``
-        (forbidden calls, tampering, use of the reference: for the instructor's export),
-        ``sources`` (graded function -> the source of its last top-level ``def``, read
-        statically) and ``answers`` (the "think about it" answers: ``[{"id", "answer"}]``), both
-        empty when the notebook is not readable. Never raises for anything in the notebook.
+        The :class:`~course_lib.autograder.record.Record` (not stamped with a submission time
+        yet); ``sources`` and ``answers`` are empty when the notebook is not readable. Never raises for anything in the notebook.
     """
     if assignment not in ASSIGNMENTS:
         raise KeyError(f"unknown assignment {assignment!r}; choose from {', '.join(ASSIGNMENTS)}")
@@ -366,3 +362,17 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             reports.append(report)
     status = cast(RecordStatus, "graded" if result.status == "ok" else result.status)
     return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks, written)
+
+
+def failure_reason(e: BaseException) -> str:
+    """A fault on the grader's side, said in one short line fit for a record."""
+    return student_message(f"{type(e).__name__}: {e}", 200)
+
+
+def grade_or_fail(runner: Any, data: bytes, assignment: str, seed: int | None, digest: str) -> Record:
+    """The record of one notebook (:func:`grade_submission`) or, should the grader itself fail
+    on it, a failed record with the reason (regraded on the next run)."""
+    try:
+        return grade_submission(data, assignment, runner, seed=seed)
+    except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
+        return failed_record(assignment, failure_reason(e), digest, runner.isolation, seed)

@@ -21,22 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import torch
-
-from ..grading.registry import ASSIGNMENTS, exercises_of
-from .autograde import checker_version, failed_record, grade_submission, refused_record, sha256
-from .deadlines import LatePolicy, apply_late
+from ..grading.registry import ASSIGNMENTS
+from .autograde import checker_version, failed_record, failure_reason, refused_record, sha256
+from .backends import Job, backend_for
+from .config import GradeConfig
+from .deadlines import LatePolicy
 from .gradebook import Gradebook
 from .identity import identity, unmatched_timestamps
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
-from .pool import grade_in_processes
-from .text import student_message
+from .record import Record
 
 __all__ = [
     "Submission",
     "discover",
     "grade_all",
-    "grade_or_fail",
+    "Recorder",
     "read_submission",
     "student_id",
     "Summary",
@@ -115,12 +114,12 @@ class Summary:
     isolation: str = "none"
     memory: str = ""
     seed: int | None = None
-    statuses: Counter = field(default_factory=Counter)
-    by_assignment: dict = field(default_factory=lambda: defaultdict(list))
+    statuses: Counter[str] = field(default_factory=Counter)
+    by_assignment: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "student/assignment: reason" (status error)
     peak_mb: float = 0.0
-    deadlines: dict = field(default_factory=dict)  # assignment -> LatePolicy, where one applies
+    deadlines: dict[str, LatePolicy] = field(default_factory=dict)  # where a late penalty applies
     late: int = 0  # submissions with a penalty
     no_time: int = 0  # submissions under a deadline without a submission time (counted on time)
 
@@ -177,216 +176,160 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _reason(e: BaseException) -> str:
-    return student_message(f"{type(e).__name__}: {e}", 200)
+class Recorder:
+    """Stamps each record with its submission time and late penalty, saves it in the gradebook
+    (or, should that fail, a failed record in its place) and counts it in the summary.
+
+    Args:
+        book: the gradebook.
+        checker: the checks' version (:func:`.autograde.checker_version`).
+        summary: the run's summary; its ``deadlines`` are the late penalties that apply.
+        times: ``(student, assignment) -> ISO time``, the submission times.
+    """
+
+    def __init__(self, book: Gradebook, checker: str, summary: Summary, times: dict[tuple[str, str], str]):
+        self.book, self.checker, self.summary, self.times = book, checker, summary, times
+        self.bar: Any = None  # a progress bar, updated for every graded job
+
+    def stamp(self, sub: Submission, record: Record, previous: str | None = None) -> Record:
+        """The record with its submission time (``previous`` where ``times`` has none) and its
+        late penalty (counted in the summary)."""
+        submitted = self.times.get((sub.student, sub.assignment), previous)
+        policy = self.summary.deadlines.get(sub.assignment)
+        late = None if policy is None else policy.penalty(record.raw_score, submitted)
+        if policy is not None:
+            self.summary.late += late is not None
+            self.summary.no_time += not submitted
+        return record.stamp(submitted, late)
+
+    def save(self, job: Job, record: Record, seconds: float) -> None:
+        """Store a graded job's record (:meth:`store`) and show the progress."""
+        self.store(job.submission, record, seconds)
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def store(self, sub: Submission, record: Record, seconds: float) -> None:
+        """Store a record; if that fails, store the failure; count either way."""
+        record = self.stamp(sub, record)
+        try:
+            self.book.save(sub.student, record, self.checker, seconds)
+        except Exception as e:  # noqa: BLE001 - a record the gradebook refuses must not stop the batch
+            record = failed_record(sub.assignment, f"the record could not be saved: {failure_reason(e)}", record.sha256)
+            try:
+                self.book.save(sub.student, record, self.checker, seconds)
+            except Exception as e2:  # noqa: BLE001
+                self.summary.failures.append(f"{sub.student}/{sub.assignment}: not saved ({failure_reason(e2)})")
+                return
+        self.summary.graded += 1
+        self.summary.statuses[record.status] += 1
+        if record.status == "error":
+            self.summary.failures.append(
+                f"{sub.student}/{sub.assignment}: {record.messages[0] if record.messages else ''}"
+            )
+
+    def skip(self, sub: Submission) -> None:
+        """Count an unchanged submission and restamp its stored record: another deadline, rate or
+        time changes its penalty, not its grading."""
+        self.summary.skipped += 1
+        old = self.book.record(sub.student, sub.assignment)
+        if old is None:
+            return
+        new = self.stamp(sub, old, old.submitted_at)
+        if new != old:
+            self.book.update_record(sub.student, new)
 
 
-def grade_or_fail(runner: Any, data: bytes, assignment: str, seed: int | None, digest: str) -> dict:
-    """The record of one notebook (:func:`.autograde.grade_submission`) or, should the grader
-    itself fail on it, a failed record with the reason (regraded on the next run)."""
-    try:
-        return grade_submission(data, assignment, runner, seed=seed)
-    except Exception as e:  # noqa: BLE001 - a fault on the grader's side: recorded, regraded next run
-        return failed_record(assignment, _reason(e), digest, runner.isolation, seed)
-
-
-def grade_all(
-    submissions: str | Path,
-    db: str | Path,
-    jobs: int = 2,
-    sandbox: str = "auto",
-    force: bool = False,
-    assignments: tuple[str, ...] | None = None,
-    progress: bool = True,
-    out: TextIO | None = None,
-    limits: Any = None,
-    seed: int | None = None,
-    late: LatePolicy | None = None,
-    no_deadline: bool = False,
-    timestamps: dict[tuple[str, str], str] | None = None,
-    scheduler: str | None = None,
-    chunk: int | None = None,
-) -> Summary:
+def grade_all(submissions: str | Path, db: str | Path, config: GradeConfig, out: TextIO | None = None) -> Summary:
     """Grade every submission under ``submissions`` into the gradebook ``db``.
 
-    ``late`` becomes the stored late penalty of every assignment in ``assignments`` (default:
-    all), ``no_deadline`` removes theirs; otherwise the stored ones apply. ``timestamps``
-    (``(student, assignment) -> ISO time``, :func:`.deadlines.read_timestamps`) are the submission times;
-    a skipped submission missing from them keeps its stored time, any other one has none and
-    is on time. Every saved or skipped record gets its penalty anew from its raw score.
+    ``config.late`` becomes the stored late penalty of every assignment in
+    ``config.assignments`` (default: all), ``config.no_deadline`` removes theirs; otherwise the
+    stored ones apply. ``config.timestamps`` are the submission times; a skipped submission
+    missing from them keeps its stored time, any other one has none and is on time. Every
+    saved or skipped record gets its penalty anew from its raw score.
 
-    With ``scheduler`` (``tcp://HOST:8786``) the notebooks are graded on that Dask cluster's
-    workers (:mod:`course_lib.autograder.cluster`), ``chunk`` notebooks a task (default: a
-    few, :func:`.cluster.chunk_size`); this process still writes every record.
+    The steps: discover the submissions; read each, refusing what is not a notebook file and
+    skipping what is graded already (same notebook, same checks); grade the rest on a
+    :class:`.backends.Backend` (this process, forked grading processes, or the Dask cluster at
+    ``config.scheduler``; this process writes every record either way); record each (the
+    :class:`Recorder`); print the summary to ``out`` (default: stdout).
 
     Nothing one submission does stops the batch: every failure on a submission's path (reading,
     parsing, the sandbox, judging, saving) becomes a recorded outcome with its reason, and the
     summary counts the submissions the grader could not grade (:attr:`Summary.failed`).
     """
-    from .sandbox import Limits, Runner
-
     out = out or sys.stdout  # looked up at call time (a redirected or captured stdout)
-    if jobs < 1:
-        raise ValueError(f"grade: jobs must be >= 1, got {jobs}")
-    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
-        raise ValueError(f"grade: chunk must be an int >= 1, got {chunk!r}")
-    if seed is not None and not isinstance(seed, int):
-        raise TypeError(f"grade: seed must be an int, got {type(seed).__name__}")
-    subs, notes = discover(submissions, assignments)
-    checker = checker_version()
-    summary = Summary(notes=notes, seed=seed)
+    subs, notes = discover(submissions, config.assignments)
+    summary = Summary(notes=notes, seed=config.seed)
     book = Gradebook(db)
-    for slug in assignments or tuple(ASSIGNMENTS):
-        if late is not None or no_deadline:
-            book.set_deadline(slug, None if late is None else late.to_json())
-    summary.deadlines = {a: LatePolicy.from_json(p) for a, p in book.deadlines().items()}
-    times = {(identity(s), identity(a)): t for (s, a), t in (timestamps or {}).items()}
+    summary.deadlines = _deadlines(book, config)
+    times = {(identity(s), identity(a)): t for (s, a), t in config.timestamps.items()}
     summary.notes += unmatched_timestamps(
-        times, [(sub.student, sub.assignment) for sub in subs], assignments or tuple(ASSIGNMENTS)
+        times, [(sub.student, sub.assignment) for sub in subs], config.assignments or tuple(ASSIGNMENTS)
     )
+    recorder = Recorder(book, checker_version(), summary, times)
+    work = _to_grade(subs, recorder, config)
+    if config.seed is not None and work:
+        print(f"drawing fresh inputs from seed {config.seed} ...", file=sys.stderr)
+    hide = [Path(submissions).resolve(), Path(db).resolve().parent]
+    backend = backend_for(
+        work,
+        sandbox=config.sandbox,
+        limits=config.limits,
+        seed=config.seed,
+        hide=hide,
+        processes=config.jobs,
+        scheduler=config.scheduler,
+        chunk=config.chunk,
+    )
+    if config.progress and work:
+        from tqdm.auto import tqdm
 
-    def stamp(sub: Submission, record: dict, previous: str | None = None) -> dict:
-        """The record with its submission time and late penalty (counted in the summary)."""
-        record = {**record, "submitted_at": times.get((sub.student, sub.assignment), previous)}
-        record = apply_late(record, summary.deadlines.get(sub.assignment))
-        if sub.assignment in summary.deadlines:
-            summary.late += record["late"] is not None
-            summary.no_time += not record["submitted_at"]
-        return record
+        recorder.bar = tqdm(total=len(work), desc="grading", unit="nb", file=sys.stderr, ascii=True)
+    start = time.perf_counter()
+    try:
+        summary.isolation, summary.memory = backend.run(work, recorder.save)
+    finally:
+        if recorder.bar is not None:
+            recorder.bar.close()
+    return _finish(summary, book, start, out)
 
-    work: list[tuple[Submission, bytes, str]] = []
 
-    def save(sub: Submission, record: dict, seconds: float) -> None:
-        """Store a record; if that fails, store the failure; count either way."""
-        record = stamp(sub, record)
-        try:
-            book.save(sub.student, record, checker, seconds)
-        except Exception as e:  # noqa: BLE001 - a record the gradebook refuses must not stop the batch
-            record = failed_record(
-                sub.assignment, f"the record could not be saved: {_reason(e)}", record.get("sha256", "")
-            )
-            try:
-                book.save(sub.student, record, checker, seconds)
-            except Exception as e2:  # noqa: BLE001
-                summary.failures.append(f"{sub.student}/{sub.assignment}: not saved ({_reason(e2)})")
-                return
-        summary.graded += 1
-        summary.statuses[record["status"]] += 1
-        if record["status"] == "error":
-            summary.failures.append(
-                f"{sub.student}/{sub.assignment}: {record['messages'][0] if record['messages'] else ''}"
-            )
+def _deadlines(book: Gradebook, config: GradeConfig) -> dict[str, LatePolicy]:
+    """Store (or remove) this run's late penalty; every assignment's that applies."""
+    if config.late is not None or config.no_deadline:
+        for slug in config.assignments or tuple(ASSIGNMENTS):
+            book.set_deadline(slug, None if config.late is None else config.late.to_json())
+    return {a: LatePolicy.from_json(p) for a, p in book.deadlines().items()}
 
+
+def _to_grade(subs: list[Submission], recorder: Recorder, config: GradeConfig) -> list[Job]:
+    """The submissions to grade: a file that cannot be read as a notebook is recorded as
+    refused, an unchanged one skipped (unless ``config.force``)."""
+    work: list[Job] = []
     for sub in subs:
         try:
             data = read_submission(sub.path)
         except (NotebookError, OSError) as e:  # a folder, a link, unreadable: graded as refused
             reason = str(e) if isinstance(e, NotebookError) else f"{sub.path.name} could not be read"
-            save(sub, refused_record(sub.assignment, reason, seed=seed), 0.0)
+            recorder.store(sub, refused_record(sub.assignment, reason, seed=config.seed), 0.0)
             continue
         digest = sha256(data)
-        if not force and book.is_current(sub.student, sub.assignment, digest, checker):
-            summary.skipped += 1
-            old = book.record(sub.student, sub.assignment) or {}
-            new = stamp(sub, old, old.get("submitted_at"))
-            if new != old:  # another deadline, rate or time: the penalty changes, the grading does not
-                book.update_record(sub.student, new)
+        if not config.force and recorder.book.is_current(sub.student, sub.assignment, digest, recorder.checker):
+            recorder.skip(sub)
         else:
-            work.append((sub, data, digest))
-    total = len(work)
-    if seed is not None and total:
-        print(f"drawing fresh inputs from seed {seed} ...", file=sys.stderr)
-    for slug in {sub.assignment for sub, _, _ in work}:
-        for ex in exercises_of(slug):  # computed once, before the grading processes fork
-            ex.expected(seed)  # the cases and the reference's outputs
-            if scheduler is None:  # a Dask worker's grading process computes its own
-                ex.mistake_runs(seed)  # the named mistakes' outputs
-                ex.gated()
-    hide = [str(Path(submissions).resolve()), str(Path(db).resolve().parent)]
-    bar = None
-    if progress and total:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, desc="grading", unit="nb", file=sys.stderr, ascii=True)
-    start_time = time.perf_counter()
-    if scheduler is not None and total:
-        try:
-            from .cluster import GraderPlugin, grade_on_cluster
-        except ImportError:
-            raise ValueError("--scheduler needs Dask's distributed: pip install 'course-lib[cluster]'") from None
-
-        def on_cluster_saved(sub: Submission, record: dict, seconds: float) -> None:
-            save(sub, record, seconds)
-            if bar is not None:
-                bar.update(1)
-
-        def cluster_failed(sub: Submission, reason: str, digest: str) -> dict:
-            return failed_record(sub.assignment, reason, digest, summary.isolation, seed)
-
-        try:
-            summary.isolation, summary.memory = grade_on_cluster(
-                scheduler,
-                work,
-                seed,
-                GraderPlugin(sandbox, limits, hide),
-                on_cluster_saved,
-                cluster_failed,
-                chunk=chunk,
-            )
-        finally:
-            if bar is not None:
-                bar.close()
-        return _finish(summary, book, start_time, notes, out)
-    n = min(jobs, max(total, 1))
-
-    def start(slot: int) -> Runner:
-        return Runner(mode=sandbox, limits=limits or Limits(), slot=slot, hide=hide)
-
-    def grade(runner: Runner, job: tuple[Submission, bytes, str]) -> dict:
-        sub, data, digest = job
-        return grade_or_fail(runner, data, sub.assignment, seed, digest)
-
-    def done(job: tuple[Submission, bytes, str], record: dict, seconds: float) -> None:
-        save(job[0], record, seconds)
-        if bar is not None:
-            bar.update(1)
-
-    # The grading process's torch work (judging, references standing in) is on tiny tensors
-    # while the sandboxes keep every core busy: with several intra-op threads an op waits for a
-    # thread the scheduler put aside (a 7 x 7 triu took 2 ms, not 15 us). One thread, put back after.
-    torch_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        if n == 1:  # in this process
-            runner = start(0)
-            summary.isolation, summary.memory = runner.isolation, runner.memory_limit
-            try:
-                for job in work:
-                    t0 = time.perf_counter()
-                    done(job, grade(runner, job), time.perf_counter() - t0)
-            finally:
-                runner.close()
-        else:  # one interpreter each (pool.py says why)
-
-            def lost(job: tuple[Submission, bytes, str], reason: str, isolation: str) -> dict:
-                return failed_record(job[0].assignment, reason, job[2], isolation, seed)
-
-            summary.isolation, summary.memory = grade_in_processes(work, n, start, grade, done, lost)
-    finally:
-        torch.set_num_threads(torch_threads)
-        if bar is not None:
-            bar.close()
-    return _finish(summary, book, start_time, notes, out)
+            work.append(Job(sub, data, digest))
+    return work
 
 
-def _finish(summary: Summary, book: Gradebook, start: float, notes: list[str], out: TextIO) -> Summary:
+def _finish(summary: Summary, book: Gradebook, start: float, out: TextIO) -> Summary:
     """Count the gradebook's records, close it, print the summary."""
     summary.seconds = time.perf_counter() - start
     for _student, record in book.rows():
-        summary.by_assignment[record["assignment"]].append((record["score"], record["max_score"]))
+        summary.by_assignment[record.assignment].append((record.score, record.max_score))
     book.close()
     summary.peak_mb = peak_memory_mb()
-    for n in notes:
+    for n in summary.notes:
         print(f"note: {n}", file=out)
     print(summary.table(), file=out)
     return summary

@@ -62,6 +62,7 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 
 def _cmd_grade(args: argparse.Namespace) -> int:
     from .batch import grade_all
+    from .config import GradeConfig
     from .sandbox import Limits, SandboxUnavailable
 
     limits = Limits(
@@ -69,6 +70,19 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     )
     try:
         policy, times = _late_options(args)
+        config = GradeConfig(
+            jobs=args.jobs,
+            sandbox=args.sandbox,
+            limits=limits,
+            seed=args.seed,
+            late=policy,
+            no_deadline=args.no_deadline,
+            timestamps=times or {},
+            scheduler=args.scheduler,
+            force=args.force,
+            assignments=tuple(args.assignment) if args.assignment else None,
+            progress=not args.quiet,
+        )
     except ValueError as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
         return 2
@@ -76,21 +90,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     # processes and memory cgroups go; what was graded is already in the gradebook
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        summary = grade_all(
-            args.submissions,
-            args.db,
-            jobs=args.jobs,
-            sandbox=args.sandbox,
-            force=args.force,
-            assignments=tuple(args.assignment) if args.assignment else None,
-            progress=not args.quiet,
-            seed=args.seed,
-            limits=limits,
-            late=policy,
-            no_deadline=args.no_deadline,
-            timestamps=times,
-            scheduler=args.scheduler,
-        )
+        summary = grade_all(args.submissions, args.db, config)
     except (FileNotFoundError, SandboxUnavailable, ValueError, OSError) as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
         return 2
@@ -128,12 +128,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except SandboxUnavailable as err:
         print(f"course-lib check: {err}", file=sys.stderr)
         return 2
-    for m in record["messages"]:
+    for m in record.messages:
         print(f"! {m}")
-    for fr in record["functions"]:
+    for fr in record.functions:
         print(Report.from_dict(fr))
         print()
-    print(f"{assignment}: {record['score']:g} / {record['max_score']:g} points (isolation: {record['isolation']})")
+    print(f"{assignment}: {record.score:g} / {record.max_score:g} points (isolation: {record.isolation})")
     return 0
 
 

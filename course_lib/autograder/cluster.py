@@ -28,10 +28,13 @@ import fcntl
 import itertools
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from distributed import WorkerPlugin
+
+from .record import Record
+from .sandbox import Limits, Runner
 
 __all__ = ["GraderPlugin", "grade_on_worker", "grade_on_cluster", "chunk_size", "PLUGIN_NAME"]
 
@@ -47,14 +50,14 @@ class GraderPlugin(WorkerPlugin):
 
     Args:
         sandbox: ``auto``, ``required`` or ``off``, as ``course-lib grade --sandbox``.
-        limits: a :class:`~course_lib.autograder.sandbox.Limits`, or None for the defaults.
+        limits: each submission's limits (None: the defaults).
         hide: folders the sandbox must not show (the submissions, the gradebook's folder).
     """
 
     name = PLUGIN_NAME
 
-    def __init__(self, sandbox: str = "auto", limits: Any = None, hide: Iterable[str] = ()):
-        self.sandbox, self.limits, self.hide = sandbox, limits, list(hide)
+    def __init__(self, sandbox: str = "auto", limits: Limits | None = None, hide: Iterable[str] = ()):
+        self.sandbox, self.limits, self.hide = sandbox, limits or Limits(), list(hide)
         self.process: Any = None
         self._lock: Any = None
 
@@ -69,12 +72,10 @@ class GraderPlugin(WorkerPlugin):
         process.started()
         return process
 
-    def _start(self, slot: int) -> Any:
-        from .sandbox import Limits, Runner
+    def _start(self, slot: int) -> Runner:
+        return Runner(mode=self.sandbox, limits=self.limits, slot=slot, hide=self.hide)
 
-        return Runner(mode=self.sandbox, limits=self.limits or Limits(), slot=slot, hide=self.hide)
-
-    def grade(self, job: tuple[bytes, str, int | None]) -> tuple[dict[str, Any], float]:
+    def grade(self, job: tuple[bytes, str, int | None]) -> tuple[Record, float]:
         """The record of ``job`` (notebook bytes, assignment, seed) and the seconds it took.
         A grading process that died is replaced for the next job; this one raises."""
         try:
@@ -91,10 +92,9 @@ class GraderPlugin(WorkerPlugin):
             self._lock.close()
 
 
-def _grade(runner: Any, job: tuple[bytes, str, int | None]) -> dict[str, Any]:
+def _grade(runner: Any, job: tuple[bytes, str, int | None]) -> Record:
     """In the grading process: the record of one notebook."""
-    from .autograde import sha256
-    from .batch import grade_or_fail
+    from .autograde import grade_or_fail, sha256
 
     data, assignment, seed = job
     return grade_or_fail(runner, data, assignment, seed, sha256(data))
@@ -118,14 +118,14 @@ def _claim_slot(first: int = 1000, count: int = 4000) -> tuple[int, Any]:
     raise RuntimeError("no free runner slot on this host")
 
 
-def grade_on_worker(batch: list[tuple[bytes, str]], seed: int | None) -> list[tuple[dict[str, Any], float] | str]:
+def grade_on_worker(batch: list[tuple[bytes, str]], seed: int | None) -> list[tuple[Record, float] | str]:
     """The task: grade a few notebooks (bytes, assignment) one after another in this worker's
     grading process (see :class:`GraderPlugin`); for each, the record and the seconds it took,
     or why it could not be graded (its grading process died: the next one gets a fresh one)."""
     from distributed import get_worker
 
     plugin: Any = get_worker().plugins[PLUGIN_NAME]
-    out: list[tuple[dict[str, Any], float] | str] = []
+    out: list[tuple[Record, float] | str] = []
     for data, assignment in batch:
         try:
             out.append(plugin.grade((data, assignment, seed)))
@@ -143,23 +143,23 @@ def chunk_size(jobs: int, workers: int) -> int:
 
 def grade_on_cluster(
     scheduler: str,
-    jobs: list[tuple[Any, bytes, str]],
+    jobs: Sequence[Any],
     seed: int | None,
     plugin: GraderPlugin,
-    save: Callable[[Any, dict[str, Any], float], None],
-    failed: Callable[[Any, str, str], dict[str, Any]],
-    task: Callable[..., list[tuple[dict[str, Any], float] | str]] = grade_on_worker,
+    save: Callable[[Any, Record, float], None],
+    failed: Callable[[Any, str], Record],
+    task: Callable[..., list[tuple[Record, float] | str]] = grade_on_worker,
     chunk: int | None = None,
 ) -> tuple[str, str]:
-    """Send ``jobs`` (submission, bytes, digest) to the cluster at ``scheduler``, ``chunk``
-    notebooks a task (default :func:`chunk_size`), and ``save`` each record as its task
-    completes. Returns the workers' isolation and memory limit, as the first worker reports
+    """Send ``jobs`` (:class:`.backends.Job`: ``data``, ``digest``, ``assignment``) to the
+    cluster at ``scheduler``, ``chunk`` notebooks a task (default :func:`chunk_size`), and
+    ``save(job, record, seconds)`` each record as its task completes. Returns the workers' isolation and memory limit, as the first worker reports
     them. Waits up to two minutes for a first worker.
 
     A task that fails as a whole (its worker died under it, too often: ``KilledWorker``) is
     sent again one notebook a task. A one-notebook task that fails too may only have shared a
     worker with the notebook at fault, so it is sent once more at the end, alone on the
-    cluster: a notebook is saved as ``failed(submission, reason, digest)`` only when it fails
+    cluster: a notebook is saved as ``failed(job, reason)`` only when it fails
     there, or when its own grading process died under it."""
     from distributed import Client, as_completed
 
@@ -169,28 +169,27 @@ def grade_on_cluster(
         info = client.run(_describe_runner)
         isolation, memory = next(iter(info.values()), ("unknown", "unknown"))
         size = chunk or chunk_size(len(jobs), len(info))
-        futures: dict[Any, list[tuple[Any, bytes, str]]] = {}
+        futures: dict[Any, list[Any]] = {}
         sent = itertools.count()  # every task its own key: one sent again is a new task
 
-        def send(group: list[tuple[Any, bytes, str]]) -> Any:
-            sub, _, digest = group[0]
-            batch = [(data, s.assignment) for s, data, _ in group]
-            key = f"grade-{digest[:16]}-{id(sub)}-{next(sent)}"
+        def send(group: list[Any]) -> Any:
+            batch = [(job.data, job.assignment) for job in group]
+            key = f"grade-{group[0].digest[:16]}-{id(group[0].submission)}-{next(sent)}"
             future = client.submit(task, batch, seed, pure=False, key=key)
             futures[future] = group
             return future
 
-        def save_all(group: list[tuple[Any, bytes, str]], results: Any) -> None:
+        def save_all(group: list[Any], results: Any) -> None:
             if not isinstance(results, list) or len(results) != len(group):
                 results = ["the task returned no result for it"] * len(group)
-            for (sub, _, digest), result in zip(group, results, strict=True):
+            for job, result in zip(group, results, strict=True):
                 if isinstance(result, str):
-                    save(sub, failed(sub, f"the cluster could not grade it ({result})"[:500], digest), 0.0)
+                    save(job, failed(job, f"the cluster could not grade it ({result})"[:500]), 0.0)
                 else:
-                    save(sub, *result)
+                    save(job, *result)
 
-        suspects: list[tuple[Any, bytes, str]] = []
-        pending = as_completed([send(jobs[i : i + size]) for i in range(0, len(jobs), size)])
+        suspects: list[Any] = []
+        pending = as_completed([send(list(jobs[i : i + size])) for i in range(0, len(jobs), size)])
         for future in pending:
             group = futures.pop(future)
             try:

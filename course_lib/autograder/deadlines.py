@@ -2,8 +2,8 @@
 
 A :class:`LatePolicy` (``--deadline`` and ``--late-penalty``) takes a share of the raw score
 per started day after the deadline, up to a cap; submission times come from an LMS's
-``timestamps.csv`` (:func:`read_timestamps`). :func:`apply_late` recomputes a record's final
-score from its stored raw score, so a rerun with another deadline or rate updates every
+``timestamps.csv`` (:func:`read_timestamps`). :meth:`LatePolicy.penalty` computes a record's late
+penalty from its stored raw score, so a rerun with another deadline or rate updates every
 penalty without running a notebook again (:mod:`course_lib.autograder.batch` calls it).
 """
 
@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .identity import identity
+from .record import Late
 
-__all__ = ["LatePolicy", "PENALTY_FORM", "apply_late", "parse_time", "read_timestamps"]
+__all__ = ["LatePolicy", "PENALTY_FORM", "parse_time", "read_timestamps"]
 
 _PENALTY = re.compile(r"(\d+(?:\.\d+)?)%/day(?:,max=(\d+(?:\.\d+)?)%)?")
 PENALTY_FORM = "RATE%/day or RATE%/day,max=CAP% (e.g. 10%/day,max=50%)"
@@ -82,6 +83,24 @@ class LatePolicy:
         seconds = (submitted - self.deadline).total_seconds()
         return 0 if seconds <= 0 else math.ceil(seconds / 86400)
 
+    def penalty(self, raw_score: float, submitted: str | None) -> Late | None:
+        """The penalty on ``raw_score`` of a submission at ``submitted`` (ISO 8601): None when
+        on time or without a time. Computed from the raw score each time, so a new deadline or
+        rate never compounds an old penalty."""
+        days = self.days_late(datetime.fromisoformat(submitted)) if submitted else 0
+        if days == 0:
+            return None
+        fraction = min(self.rate * days, self.cap)
+        return Late(
+            days,
+            fraction,
+            round(raw_score * fraction, 6),
+            submitted or "",
+            self.deadline.isoformat(),
+            self.rate,
+            self.cap,
+        )
+
 
 def read_timestamps(path: str | Path) -> dict[tuple[str, str], str]:
     """``(student, assignment) -> ISO time`` from a CSV with the columns ``student``,
@@ -101,29 +120,3 @@ def read_timestamps(path: str | Path) -> dict[tuple[str, str], str]:
             when = parse_time(row["submitted_at"] or "", where)
             times[(identity(row["student"] or ""), identity(row["assignment"] or ""))] = when.isoformat()
     return times
-
-
-def apply_late(record: dict[str, Any], policy: LatePolicy | None) -> dict[str, Any]:
-    """``record`` with ``raw_score`` (the checks' points), ``late`` (None when on time, or days,
-    fraction, points, submitted time, the policy) and ``score`` = raw - penalty. Recomputed
-    from ``raw_score`` each time, so a new deadline or rate never compounds an old penalty. A
-    record without ``submitted_at`` is on time."""
-    raw = float(record.get("raw_score", record["score"]))
-    record = {**record, "raw_score": raw, "score": raw, "late": None}
-    submitted = record.get("submitted_at")
-    if policy is None or not submitted:
-        return record
-    days = policy.days_late(datetime.fromisoformat(submitted))
-    if days == 0:
-        return record
-    fraction = min(policy.rate * days, policy.cap)
-    points = round(raw * fraction, 6)
-    record["late"] = {
-        "days": days,
-        "fraction": fraction,
-        "points": points,
-        "submitted": submitted,
-        **policy.to_json(),
-    }
-    record["score"] = raw - points
-    return record

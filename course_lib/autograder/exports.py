@@ -26,6 +26,7 @@ from ..grading.feedback import composition_lines, mistake_lines
 from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
 from .identity import identity
+from .record import Record
 from .text import csv_cell, markdown_escape, valid_utf8
 
 __all__ = [
@@ -55,15 +56,15 @@ def file_stem(student: str) -> str:
     return f"{readable}-{digest}"
 
 
-def late_line(rec: dict) -> str | None:
+def late_line(rec: Record) -> str | None:
     """A late record's raw score, penalty and final score in one sentence (None when on time)."""
-    late = rec.get("late")
-    if not late:
+    late = rec.late
+    if late is None:
         return None
     return (
-        f"Late: submitted {late['submitted']}, {late['days']} started day(s) after the deadline "
-        f"{late['deadline']}; penalty {late['fraction'] * 100:g}% = {late['points']:g} point(s). "
-        f"Raw score {rec['raw_score']:g}, final score {rec['score']:g} / {rec['max_score']:g}."
+        f"Late: submitted {late.submitted}, {late.days} started day(s) after the deadline "
+        f"{late.deadline}; penalty {late.fraction * 100:g}% = {late.points:g} point(s). "
+        f"Raw score {rec.raw_score:g}, final score {rec.score:g} / {rec.max_score:g}."
     )
 
 
@@ -97,21 +98,20 @@ def export_csv(db: str | Path, out: str | Path) -> int:
             ]
         )
         for student, rec in book.rows():
-            points = {r["function"]: r["score"] for r in rec["functions"]}
-            seed = rec.get("seed")
-            late = rec.get("late") or {}
+            points = {r["function"]: r["score"] for r in rec.functions}
+            late = rec.late
             w.writerow(
                 [
                     csv_cell(student),
-                    csv_cell(rec["assignment"]),
-                    f"{rec['score']:g}",
-                    f"{rec['max_score']:g}",
-                    csv_cell(rec["status"]),
-                    csv_cell(" | ".join(rec.get("flags", []))),
-                    "" if seed is None else str(seed),
-                    f"{rec.get('raw_score', rec['score']):g}",
-                    str(late["days"]) if late else "",
-                    f"{late['points']:g}" if late else "",
+                    csv_cell(rec.assignment),
+                    f"{rec.score:g}",
+                    f"{rec.max_score:g}",
+                    csv_cell(rec.status),
+                    csv_cell(" | ".join(rec.flags)),
+                    "" if rec.seed is None else str(rec.seed),
+                    f"{rec.raw_score:g}",
+                    "" if late is None else str(late.days),
+                    "" if late is None else f"{late.points:g}",
                     *(f"{points[fn]:g}" if fn in points else "" for fn in functions),
                 ]
             )
@@ -167,20 +167,20 @@ def _assignment_title(slug: str, header: list[str]) -> str:
     return slug
 
 
-def _gradebook_table(db: str | Path) -> tuple[dict[str, dict[str, dict]], dict[str, float]]:
+def _gradebook_table(db: str | Path) -> tuple[dict[str, dict[str, Record]], dict[str, float]]:
     """Records per student and assignment, and each graded assignment's points (registry order)."""
-    table: dict[str, dict[str, dict]] = {}
+    table: dict[str, dict[str, Record]] = {}
     points: dict[str, float] = {}
     with Gradebook(db) as book:
         for student, rec in book.rows():
-            table.setdefault(identity(student), {})[rec["assignment"]] = rec
-            points.setdefault(rec["assignment"], rec["max_score"])
+            table.setdefault(identity(student), {})[rec.assignment] = rec
+            points.setdefault(rec.assignment, rec.max_score)
     order = [a for a in ASSIGNMENTS if a in points] + sorted(a for a in points if a not in ASSIGNMENTS)
     return table, {a: points[a] for a in order}
 
 
-def _score(rec: dict | None) -> str:
-    return "" if rec is None else f"{rec['score']:g}"
+def _score(rec: Record | None) -> str:
+    return "" if rec is None else f"{rec.score:g}"
 
 
 def export_canvas(db: str | Path, out: str | Path, roster: str | Path) -> tuple[int, list[str]]:
@@ -240,10 +240,10 @@ def export_wide(db: str | Path, out: str | Path, roster: str | Path | None = Non
     return len(logins), sorted(s for s in table if s not in known)
 
 
-def gradescope_results(rec: dict) -> dict:
+def gradescope_results(rec: Record) -> dict:
     """One submission in Gradescope's autograder results format."""
     tests = []
-    for fr in rec["functions"]:
+    for fr in rec.functions:
         said: dict[str, str] = {}  # each likely mistake in full once, on the first test it explains
         for r in fr["results"]:
             lines = [r["feedback"]] if r["feedback"] else ["passed"]
@@ -265,10 +265,10 @@ def gradescope_results(rec: dict) -> dict:
                 }
             )
     late = late_line(rec)
-    output = "\n".join(([late] if late else []) + rec["messages"])
+    output = "\n".join([*([late] if late else []), *rec.messages])
     return {
-        "score": rec["score"],
-        "output": output or f"{rec['assignment']}: {rec['score']:g}/{rec['max_score']:g}",
+        "score": rec.score,
+        "output": output or f"{rec.assignment}: {rec.score:g}/{rec.max_score:g}",
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,
@@ -280,28 +280,28 @@ def export_gradescope(db: str | Path, out: str | Path) -> int:
     n = 0
     with Gradebook(db) as book:
         for student, rec in book.rows():
-            path = Path(out) / file_stem(student) / rec["assignment"] / "results.json"
+            path = Path(out) / file_stem(student) / rec.assignment / "results.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(gradescope_results(rec), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
             n += 1
     return n
 
 
-def feedback_markdown(student: str, recs: list[dict]) -> str:
+def feedback_markdown(student: str, recs: list[Record]) -> str:
     """A student's report: per assignment and function, every test with its feedback. Every
     piece of text is escaped, so nothing in it can become a heading, a link or HTML."""
     e = markdown_escape
     lines = [f"# Feedback for {e(student)}", ""]
     for rec in recs:
-        lines += [f"## {e(rec['assignment'])}: {rec['score']:g} / {rec['max_score']:g} points", ""]
+        lines += [f"## {e(rec.assignment)}: {rec.score:g} / {rec.max_score:g} points", ""]
         late = late_line(rec)
         if late:
             lines += [f"**{e(late)}**", ""]
-        for m in rec["messages"]:
+        for m in rec.messages:
             lines.append(f"> {e(m)}")
-        if rec["messages"]:
+        if rec.messages:
             lines.append("")
-        for fr in rec["functions"]:
+        for fr in rec.functions:
             lines += [f"### `{e(fr['function'])}`: {fr['score']:g} / {fr['max_score']:g}", ""]
             for note in fr["notes"]:
                 lines.append(f"- **Note:** {e(note)}")
@@ -322,17 +322,17 @@ def feedback_markdown(student: str, recs: list[dict]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def feedback_html(student: str, recs: list[dict]) -> str:
+def feedback_html(student: str, recs: list[Record]) -> str:
     """The same report as a standalone HTML page, every piece of text escaped."""
     h = html.escape
     body = [f"<h1>Feedback for {h(valid_utf8(student))}</h1>"]
     for rec in recs:
-        body.append(f"<h2>{h(rec['assignment'])}: {rec['score']:g} / {rec['max_score']:g} points</h2>")
+        body.append(f"<h2>{h(rec.assignment)}: {rec.score:g} / {rec.max_score:g} points</h2>")
         late = late_line(rec)
         if late:
             body.append(f"<p><b>{h(late)}</b></p>")
-        body += [f"<blockquote>{h(m)}</blockquote>" for m in rec["messages"]]
-        for fr in rec["functions"]:
+        body += [f"<blockquote>{h(m)}</blockquote>" for m in rec.messages]
+        for fr in rec.functions:
             body.append(f"<h3><code>{h(fr['function'])}</code>: {fr['score']:g} / {fr['max_score']:g}</h3>")
             body += [f"<p><b>Note:</b> {h(n)}</p>" for n in fr["notes"]]
             if fr["status"] == "not implemented":
@@ -361,7 +361,7 @@ def write_feedback(db: str | Path, out: str | Path, fmt: str = "md") -> int:
     """``OUT/<student file stem>.md`` (or ``.html``) per student; returns how many."""
     if fmt not in ("md", "html"):
         raise ValueError(f"feedback: format must be 'md' or 'html', got {fmt!r}")
-    per_student: dict[str, list[dict]] = {}
+    per_student: dict[str, list[Record]] = {}
     with Gradebook(db) as book:
         for student, rec in book.rows():
             per_student.setdefault(student, []).append(rec)

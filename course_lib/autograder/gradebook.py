@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .text import clean_record, valid_utf8
+from .record import Record
+from .text import valid_utf8
 
 __all__ = ["Gradebook"]
 
@@ -67,19 +68,19 @@ class Gradebook:
         ).fetchone()
         return row is not None and row[0] == sha256 and row[1] == checker and row[2] != "error"
 
-    def save(self, student: str, record: dict[str, Any], checker: str, seconds: float) -> None:
-        """Store one graded submission, replacing an earlier grading, in one transaction. Every
-        string is made valid UTF-8 first (a lone surrogate would make SQLite refuse the row)."""
-        student, record = valid_utf8(student), clean_record(record)
+    def save(self, student: str, record: Record, checker: str, seconds: float) -> None:
+        """Store one graded submission, replacing an earlier grading, in one transaction. The
+        student id is made valid UTF-8 first, as the record's strings were when it was made (a
+        lone surrogate would make SQLite refuse the row)."""
         values = (
-            student,
-            record["assignment"],
-            record["sha256"],
+            valid_utf8(student),
+            record.assignment,
+            record.sha256,
             checker,
-            record["status"],
-            record["score"],
-            record["max_score"],
-            json.dumps(record, sort_keys=True, ensure_ascii=False),
+            record.status,
+            record.score,
+            record.max_score,
+            _json(record),
             seconds,
             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )
@@ -101,20 +102,19 @@ class Gradebook:
                 self.conn.execute("ROLLBACK")
             raise
 
-    def record(self, student: str, assignment: str) -> dict[str, Any] | None:
+    def record(self, student: str, assignment: str) -> Record | None:
         """The stored record of one submission, or None."""
         row = self.conn.execute(
             "SELECT record FROM results WHERE student = ? AND assignment = ?", (valid_utf8(student), assignment)
         ).fetchone()
-        return None if row is None else json.loads(row[0])
+        return None if row is None else Record.from_json(json.loads(row[0]))
 
-    def update_record(self, student: str, record: dict[str, Any]) -> None:
+    def update_record(self, student: str, record: Record) -> None:
         """Replace a stored record's score and record (a new late penalty) and nothing else: the
         notebook's hash, the checker version and the grading time stay those of its grading."""
-        student, record = valid_utf8(student), clean_record(record)
         self.conn.execute(
             "UPDATE results SET score = ?, record = ? WHERE student = ? AND assignment = ?",
-            (record["score"], json.dumps(record, sort_keys=True, ensure_ascii=False), student, record["assignment"]),
+            (record.score, _json(record), valid_utf8(student), record.assignment),
         )
 
     def set_deadline(self, assignment: str, policy: dict[str, Any] | None) -> None:
@@ -131,10 +131,15 @@ class Gradebook:
         """Every assignment's stored late penalty."""
         return {a: json.loads(p) for a, p in self.conn.execute("SELECT assignment, policy FROM deadlines")}
 
-    def rows(self) -> Iterator[tuple[str, dict[str, Any]]]:
+    def rows(self) -> Iterator[tuple[str, Record]]:
         """Every graded submission as (student, record), sorted by student and assignment."""
         for student, record in self.conn.execute("SELECT student, record FROM results ORDER BY student, assignment"):
-            yield student, json.loads(record)
+            yield student, Record.from_json(json.loads(record))
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+
+
+def _json(record: Record) -> str:
+    """The ``record`` column: the record's JSON with sorted keys."""
+    return json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False)

@@ -9,7 +9,7 @@ a quarter. So the grading runs in a :class:`GradingProcess` of its own, with one
 :class:`~course_lib.autograder.sandbox.Runner` (whose zygote is a separate process, as
 always: no student code runs in a grading process):
 
-- ``grade_all`` with ``jobs >= 2`` forks ``jobs`` of them (:func:`grade_in_processes`);
+- ``grade_all`` with ``jobs >= 2`` forks ``jobs`` of them (:class:`.backends.ForkPool`, :func:`grade_in_processes`);
 - each Dask worker forks one (:class:`~course_lib.autograder.cluster.GraderPlugin`), and
   its task thread only hands it the job and waits.
 
@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import Any
 
+from .record import Record
 from .sandbox import isolation as iso
 
 __all__ = ["GradingProcess", "grade_in_processes"]
@@ -64,7 +65,7 @@ class GradingProcess:
     def __init__(
         self,
         start: Callable[[int], Any],
-        grade: Callable[[Any, Any], dict],
+        grade: Callable[[Any, Any], Record],
         slot: int,
         jobs: Sequence[Any] = (),
         siblings: Sequence[GradingProcess] = (),
@@ -115,7 +116,7 @@ class GradingProcess:
             self.stop()
             raise message[1]
 
-    def grade(self, job: Any) -> tuple[dict, float]:
+    def grade(self, job: Any) -> tuple[Record, float]:
         """Grade ``job`` and wait: the record and the seconds it took (RuntimeError if the
         process died meanwhile). One job at a time, whatever the calling thread."""
         with self._lock:
@@ -196,7 +197,7 @@ def _serve(
     slot: int,
     jobs: Sequence[Any],
     start: Callable[[int], Any],
-    grade: Callable[[Any, Any], dict],
+    grade: Callable[[Any, Any], Record],
 ) -> None:
     """A grading process: start a runner on ``slot``, then grade each job the parent asks
     for, until it sends None."""
@@ -238,9 +239,9 @@ def grade_in_processes(
     jobs: Sequence[Any],
     processes: int,
     start: Callable[[int], Any],
-    grade: Callable[[Any, Any], dict],
-    save: Callable[[Any, dict, float], None],
-    lost: Callable[[Any, str, str], dict],
+    grade: Callable[[Any, Any], Record],
+    save: Callable[[Any, Record, float], None],
+    lost: Callable[[Any, str, str], Record],
 ) -> tuple[str, str]:
     """Grade ``jobs`` in ``processes`` forked grading processes; ``save(job, record, seconds)``
     each record here as it comes back.

@@ -27,8 +27,10 @@ from conftest import HONEST_SOFTMAX, ROOT, notebook
 import course_lib
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.batch import grade_all
+from course_lib.autograder.config import GradeConfig
 from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
 from course_lib.autograder.gradebook import Gradebook
+from course_lib.autograder.record import Record
 from course_lib.autograder.sandbox.runner import BASE_UID, Limits, Runner
 from course_lib.grading.registry import ASSIGNMENTS, exercise
 
@@ -451,7 +453,7 @@ def test_the_whole_batch_is_graded_once_each_and_nothing_is_left_running(graded)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert con.execute("SELECT COUNT(*), COUNT(DISTINCT student) FROM results").fetchone() == (len(rows), len(rows))
     assert _sandbox_processes() == []
-    assert all(r["seed"] == SEED for r in rows.values() if r["status"] != "invalid")
+    assert all(r.seed == SEED for r in rows.values() if r.status != "invalid")
 
 
 def test_the_graders_memory_stays_bounded_whatever_the_class_sends(graded):
@@ -466,8 +468,8 @@ def test_honest_students_get_full_marks_as_if_graded_alone(graded):
     with Runner(mode="auto", limits=LIMITS) as runner:
         alone = grade_submission((subs / "honest1" / f"{A}.ipynb").read_bytes(), A, runner, seed=SEED)
     for student in ("honest1", "honest2", "Ana María"):
-        assert rows[student]["score"] == rows[student]["max_score"] > 0
-        assert rows[student]["functions"] == alone["functions"]
+        assert rows[student].score == rows[student].max_score > 0
+        assert rows[student].functions == alone.functions
 
 
 @pytest.fixture(scope="module")
@@ -477,9 +479,7 @@ def honest_scores(graded):
     scores = {}
     with Runner(mode="auto", limits=LIMITS, slot=3) as runner:
         for student, (_, honest_part) in cases.items():
-            scores[student] = (
-                0.0 if honest_part is None else grade_submission(honest_part, A, runner, seed=SEED)["score"]
-            )
+            scores[student] = 0.0 if honest_part is None else grade_submission(honest_part, A, runner, seed=SEED).score
     return scores
 
 
@@ -487,15 +487,15 @@ def honest_scores(graded):
 def test_an_attacker_earns_at_most_its_honest_score_and_gets_a_message(graded, honest_scores, student):
     rows = graded[4]
     rec = rows[student]
-    assert rec["score"] <= honest_scores[student], json.dumps(rec)[:3000]
-    feedback = " ".join(rec["messages"]) + " ".join(
-        r["feedback"] + " " + " ".join(f["notes"]) for f in rec["functions"] for r in f["results"]
+    assert rec.score <= honest_scores[student], json.dumps(rec.to_json())[:3000]
+    feedback = " ".join(rec.messages) + " ".join(
+        r["feedback"] + " " + " ".join(f["notes"]) for f in rec.functions for r in f["results"]
     )
     assert feedback.strip(), rec
 
 
-def _function(rec: dict, name: str) -> dict:
-    return next(f for f in rec["functions"] if f["function"] == name)
+def _function(rec: Record, name: str) -> dict:
+    return next(f for f in rec.functions if f["function"] == name)
 
 
 def test_forbidden_calls_are_found_however_they_are_hidden(graded):
@@ -514,36 +514,36 @@ def test_forbidden_calls_are_found_however_they_are_hidden(graded):
     ):
         soft = _function(rows[student], "softmax")
         assert soft["status"] == "forbidden" and soft["score"] == 0, (student, soft["notes"])
-        assert any(f.startswith("forbidden: softmax") for f in rows[student]["flags"]), student
+        assert any(f.startswith("forbidden: softmax") for f in rows[student].flags), student
     sdpa = _function(rows["sdpa_alias"], "scaled_dot_product_attention")
     assert sdpa["status"] == "forbidden" and "scaled_dot_product_attention" in sdpa["notes"][0]
     # the static scan missed the table filled inside a function; the runtime layer saw the call
     assert "while being checked" in _function(rows["hidden_in_a_table_filled_at_run_time"], "softmax")["notes"][0]
     # a cell that cannot be parsed is reported, and the other cells are still checked and run
     assert any(
-        "code cell 2 (counting code cells only): SyntaxError" in m for m in rows["unparsable_cell_first"]["messages"]
+        "code cell 2 (counting code cells only): SyntaxError" in m for m in rows["unparsable_cell_first"].messages
     )
     honest = sum(exercise(n).max_score for n in ("scaled_dot_product_attention", "self_attention"))
-    assert rows["cheat_softmax_honest_rest"]["score"] == honest  # the honest functions keep their points
+    assert rows["cheat_softmax_honest_rest"].score == honest  # the honest functions keep their points
 
 
 def test_forged_results_hold_the_submission_for_review_and_earn_nothing(graded):
     rows = graded[4]
     for student in ("forged_frames_before_the_calls", "forged_done_then_exit"):
         rec = rows[student]
-        assert rec["status"] == "review" and rec["score"] == 0, rec["messages"]
-        assert any(f.startswith("review:") for f in rec["flags"])
+        assert rec.status == "review" and rec.score == 0, rec.messages
+        assert any(f.startswith("review:") for f in rec.flags)
     for student in ("scan_own_memory", "kernel_keyring"):  # introspection tools: held for review, not run
-        assert rows[student]["status"] == "review" and "ctypes" in rows[student]["messages"][0]
+        assert rows[student].status == "review" and "ctypes" in rows[student].messages[0]
 
 
 def test_outputs_that_are_not_an_implementation_earn_no_property_points(graded):
     rows = graded[4]
     for student in ("uniform_weights", "all_zeros"):
-        assert rows[student]["score"] == 0
+        assert rows[student].score == 0
     props = [
         r
-        for f in rows["uniform_weights"]["functions"]
+        for f in rows["uniform_weights"].functions
         for r in f["results"]
         if "only once the value tests" in r["feedback"]
     ]
@@ -552,7 +552,7 @@ def test_outputs_that_are_not_an_implementation_earn_no_property_points(graded):
 
 def test_a_lookup_table_of_the_self_check_scores_only_on_the_self_check_inputs(graded):
     rows = graded[4]
-    assert rows["lookup_table"]["score"] == 0  # graded with --seed: every input is new
+    assert rows["lookup_table"].score == 0  # graded with --seed: every input is new
     with Runner(mode="auto", limits=LIMITS, slot=4) as runner:
         public = grade_submission(notebook(SETUP, lookup_table_softmax()), A, runner)
     assert _function(public, "softmax")["score"] == _function(public, "softmax")["max_score"] > 0
@@ -561,38 +561,38 @@ def test_a_lookup_table_of_the_self_check_scores_only_on_the_self_check_inputs(g
 def test_one_broken_notebook_never_stops_the_batch(graded):
     rows = graded[4]
     surrogate = rows["surrogate_in_source"]
-    assert surrogate["status"] == "graded" and surrogate["score"] == surrogate["max_score"]
-    assert any("code cell 2 (counting code cells only):" in m and "cannot be read" in m for m in surrogate["messages"])
+    assert surrogate.status == "graded" and surrogate.score == surrogate.max_score
+    assert any("code cell 2 (counting code cells only):" in m and "cannot be read" in m for m in surrogate.messages)
     deep = rows["deep_expression"]
-    assert deep["score"] == deep["max_score"] and any("nested too deeply" in m for m in deep["messages"])
-    assert rows["big_code_cell"]["status"] == "invalid" and "characters of code" in rows["big_code_cell"]["messages"][0]
-    text = json.dumps(rows["surrogate_in_exceptions"], ensure_ascii=False)
-    assert "\ufffd" in text and rows["surrogate_in_exceptions"]["status"] == "graded"
-    assert "returned more than" in json.dumps(rows["same_array_many_times"])
+    assert deep.score == deep.max_score and any("nested too deeply" in m for m in deep.messages)
+    assert rows["big_code_cell"].status == "invalid" and "characters of code" in rows["big_code_cell"].messages[0]
+    text = json.dumps(rows["surrogate_in_exceptions"].to_json(), ensure_ascii=False)
+    assert "\ufffd" in text and rows["surrogate_in_exceptions"].status == "graded"
+    assert "returned more than" in json.dumps(rows["same_array_many_times"].to_json())
 
 
 def test_invalid_files_are_refused_with_the_reason(graded):
     rows = graded[4]
-    assert "not valid JSON" in rows["invalid_json"]["messages"][0]
-    assert "not a Jupyter notebook" in rows["not_a_notebook"]["messages"][0]
-    assert "empty" in rows["empty"]["messages"][0]
-    assert "bytes" in rows["huge"]["messages"][0]
-    assert "UTF-8" in rows["not_utf8"]["messages"][0]
+    assert "not valid JSON" in rows["invalid_json"].messages[0]
+    assert "not a Jupyter notebook" in rows["not_a_notebook"].messages[0]
+    assert "empty" in rows["empty"].messages[0]
+    assert "bytes" in rows["huge"].messages[0]
+    assert "UTF-8" in rows["not_utf8"].messages[0]
     for s in ("invalid_json", "not_a_notebook", "empty", "huge", "not_utf8"):
-        assert rows[s]["status"] == "invalid"
+        assert rows[s].status == "invalid"
     for student, word in (("folder_notebook", "a folder"), ("link_to_honest", "a link")):
-        assert rows[student]["status"] == "invalid" and rows[student]["score"] == 0
-        assert word in rows[student]["messages"][0]
+        assert rows[student].status == "invalid" and rows[student].score == 0
+        assert word in rows[student].messages[0]
 
 
 def test_attacks_on_the_machine_leave_everything_intact(graded):
     tmp, subs, db, out, rows, cases = graded
     assert (subs / "honest1" / f"{A}.ipynb").is_file()
-    assert rows["infinite_loop_call"]["functions"][0]["results"][0]["feedback"].startswith("took longer")
-    assert rows["renamed_function"]["functions"][0]["status"] == "missing"
-    assert "reference" in json.dumps(rows["uses_reference"])
-    assert "expected a torch.Tensor" in json.dumps(rows["pretend_tensor"])
-    assert "not a function defined with def" in json.dumps(rows["bound_to_a_library_function"])
+    assert rows["infinite_loop_call"].functions[0]["results"][0]["feedback"].startswith("took longer")
+    assert rows["renamed_function"].functions[0]["status"] == "missing"
+    assert "reference" in json.dumps(rows["uses_reference"].to_json())
+    assert "expected a torch.Tensor" in json.dumps(rows["pretend_tensor"].to_json())
+    assert "not a function defined with def" in json.dumps(rows["bound_to_a_library_function"].to_json())
 
 
 def test_summary_names_the_isolation_memory_limit_and_inputs(graded):
@@ -608,23 +608,23 @@ def test_a_rerun_skips_unchanged_notebooks_and_regrades_changed_ones(graded, tmp
     for s in ("honest1", "markdown_and_html_in_messages"):
         _write(subs2, s, (subs / s / f"{A}.ipynb").read_bytes())
     db2 = tmp_path / "g.sqlite"
-    assert grade_all(subs2, db2, progress=False, limits=LIMITS).graded == 2
-    again = grade_all(subs2, db2, progress=False, limits=LIMITS)
+    assert grade_all(subs2, db2, GradeConfig(progress=False, limits=LIMITS)).graded == 2
+    again = grade_all(subs2, db2, GradeConfig(progress=False, limits=LIMITS))
     assert (again.graded, again.skipped) == (0, 2)
     _write(subs2, "markdown_and_html_in_messages", notebook(SETUP, HONEST))
-    changed = grade_all(subs2, db2, progress=False, limits=LIMITS)
+    changed = grade_all(subs2, db2, GradeConfig(progress=False, limits=LIMITS))
     assert (changed.graded, changed.skipped) == (1, 1)
     with Gradebook(db2) as book:
         recs = dict(book.rows())
-    assert recs["markdown_and_html_in_messages"]["score"] == recs["markdown_and_html_in_messages"]["max_score"]
-    forced = grade_all(subs2, db2, force=True, progress=False, limits=LIMITS)
+    assert recs["markdown_and_html_in_messages"].score == recs["markdown_and_html_in_messages"].max_score
+    forced = grade_all(subs2, db2, GradeConfig(force=True, progress=False, limits=LIMITS))
     assert forced.graded == 2
     with Gradebook(db2) as book:
         assert dict(book.rows()) == recs  # same notebook, same score and feedback
 
 
 def test_a_record_of_the_graders_own_failure_is_regraded_on_the_next_run(tmp_path, monkeypatch):
-    from course_lib.autograder import batch
+    from course_lib.autograder import autograde
 
     _write(tmp_path / "subs", "s1", notebook(SETUP, HONEST))
     db = tmp_path / "g.sqlite"
@@ -632,17 +632,17 @@ def test_a_record_of_the_graders_own_failure_is_regraded_on_the_next_run(tmp_pat
     def broken(*a, **k):
         raise RuntimeError("the judge broke")
 
-    monkeypatch.setattr(batch, "grade_submission", broken)
-    first = grade_all(tmp_path / "subs", db, progress=False, limits=LIMITS)
+    monkeypatch.setattr(autograde, "grade_submission", broken)
+    first = grade_all(tmp_path / "subs", db, GradeConfig(progress=False, limits=LIMITS))
     assert first.failed == 1 and first.statuses["error"] == 1 and "the judge broke" in first.failures[0]
     from course_lib.cli import main
 
     assert main(["grade", str(tmp_path / "subs"), "--db", str(db), "--quiet"]) == 1  # the exit status says so
     monkeypatch.undo()
-    second = grade_all(tmp_path / "subs", db, progress=False, limits=LIMITS)
+    second = grade_all(tmp_path / "subs", db, GradeConfig(progress=False, limits=LIMITS))
     assert (second.graded, second.skipped, second.failed) == (1, 0, 0)
     with Gradebook(db) as book:
-        assert dict(book.rows())["s1"]["status"] == "graded"
+        assert dict(book.rows())["s1"].status == "graded"
 
 
 def test_csv_export_neutralises_formulas_and_carries_flags_and_seed(graded, tmp_path):
@@ -670,7 +670,7 @@ def test_gradescope_export_follows_the_results_format(graded, tmp_path):
     tmp, subs, db, out, rows, cases = graded
     assert export_gradescope(db, tmp_path / "gs") == len(rows)
     res = json.loads((tmp_path / "gs" / file_stem("honest1") / A / "results.json").read_text())
-    assert res["score"] == rows["honest1"]["score"]
+    assert res["score"] == rows["honest1"].score
     t = res["tests"][0]
     assert set(t) >= {"name", "score", "max_score", "output", "visibility"}
     assert t["name"].startswith("softmax: ")
@@ -841,7 +841,7 @@ def test_an_interrupt_just_after_a_commit_propagates_and_the_record_stays(tmp_pa
         with pytest.raises(KeyboardInterrupt):
             book.save("ada", refused_record("02_self_attention", "no notebook"), "v1", 0.0)
         book.conn = book.conn.conn
-        assert book.record("ada", "02_self_attention")["status"] == "invalid"
+        assert book.record("ada", "02_self_attention").status == "invalid"
 
 
 def _in_session(sid: int) -> list[int]:
@@ -868,12 +868,12 @@ def runner():
 def test_the_sandboxed_grader_gives_solutions_full_marks_and_blank_exercises_zero(runner, slug):
     for seed in (None, SEED):
         solved = grade_submission((ROOT / "solutions" / f"{slug}.ipynb").read_bytes(), slug, runner, seed=seed)
-        assert solved["status"] == "graded" and solved["messages"] == [] and solved["flags"] == []
-        assert solved["score"] == solved["max_score"] > 0, [
-            (f["function"], r["feedback"]) for f in solved["functions"] for r in f["results"] if not r["passed"]
+        assert solved.status == "graded" and solved.messages == () and solved.flags == ()
+        assert solved.score == solved.max_score > 0, [
+            (f["function"], r["feedback"]) for f in solved.functions for r in f["results"] if not r["passed"]
         ]
     blank = grade_submission((ROOT / "exercises" / f"{slug}.ipynb").read_bytes(), slug, runner)
-    assert blank["score"] == 0 and all(f["status"] == "not implemented" for f in blank["functions"])
+    assert blank.score == 0 and all(f["status"] == "not implemented" for f in blank.functions)
 
 
 # -- a mistake costs points once: the reference stands in for a failing callee ----------------
@@ -893,8 +893,8 @@ def self_attention(x, W_q, W_k, W_v, mask=None):
 
 def test_a_callees_mistake_costs_points_only_in_the_callee_and_the_record_shows_both_runs(runner):
     rec = grade_submission(notebook(SETUP + HONEST_SOFTMAX + UNSCALED_ATTENTION), A, runner)
-    assert rec["status"] == "graded" and rec["flags"] == []
-    fn = {f["function"]: f for f in rec["functions"]}
+    assert rec.status == "graded" and rec.flags == ()
+    fn = {f["function"]: f for f in rec.functions}
     sdpa, sa = fn["scaled_dot_product_attention"], fn["self_attention"]
     assert sdpa["score"] < sdpa["max_score"] and sdpa["composition"] is None
     assert sa["score"] == sa["max_score"], sa
@@ -912,7 +912,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 
 def test_a_callee_never_written_gets_no_stand_in_and_its_caller_earns_nothing(runner):
     rec = grade_submission(notebook(SETUP + NEVER_WRITTEN_CALLEE + "\n# def softmax(x, dim=-1):\n"), A, runner)
-    fn = {f["function"]: f for f in rec["functions"]}
+    fn = {f["function"]: f for f in rec.functions}
     sdpa = fn["scaled_dot_product_attention"]
     assert sdpa["score"] == 0 and sdpa["composition"] is None, sdpa
     assert fn["softmax"]["score"] == 0
@@ -920,8 +920,8 @@ def test_a_callee_never_written_gets_no_stand_in_and_its_caller_earns_nothing(ru
 
 def test_with_right_callees_no_second_run_is_made(runner):
     rec = grade_submission(notebook(SETUP + HONEST), A, runner)
-    assert rec["score"] == rec["max_score"]
-    assert all(f["composition"] is None for f in rec["functions"])
+    assert rec.score == rec.max_score
+    assert all(f["composition"] is None for f in rec.functions)
 
 
 STASHED_STAND_IN = """
@@ -942,5 +942,5 @@ def self_attention(x, W_q, W_k, W_v, mask=None):
 
 def test_a_stand_in_kept_and_called_outside_its_run_holds_the_submission_for_review(runner):
     rec = grade_submission(notebook(SETUP + WRONG + STASHED_STAND_IN), A, runner)
-    assert rec["status"] == "review", rec["messages"]
-    assert rec["score"] == 0
+    assert rec.status == "review", rec.messages
+    assert rec.score == 0

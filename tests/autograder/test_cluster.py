@@ -13,14 +13,19 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
 
+from course_lib.autograder.autograde import failed_record
+from course_lib.autograder.backends import Job
 from course_lib.autograder.batch import Submission, grade_all
 from course_lib.autograder.cluster import GraderPlugin, chunk_size, grade_on_cluster, grade_on_worker
+from course_lib.autograder.config import GradeConfig
 from course_lib.autograder.gradebook import Gradebook
+from course_lib.autograder.record import Record
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -111,30 +116,29 @@ def _class(folder: Path, n: int) -> Path:
     return folder
 
 
-def _records(db: Path) -> dict[str, dict]:
+def _records(db: Path) -> dict[str, Record]:
     """student -> record, without what depends on where and when it ran."""
     with Gradebook(db) as book:
-        return {s: {k: v for k, v in r.items() if k not in ("isolation",)} for s, r in book.rows()}
+        return {s: replace(r, isolation="") for s, r in book.rows()}
 
 
 def test_the_cluster_gives_the_same_records_as_local_grading_with_fresh_inputs_too(cluster, tmp_path):
     subs = _class(tmp_path / "subs", 6)
     for seed in (None, SEED):
         local, remote = tmp_path / f"local-{seed}.sqlite", tmp_path / f"cluster-{seed}.sqlite"
-        grade_all(subs, local, jobs=2, sandbox="auto", progress=False, seed=seed)
-        summary = grade_all(  # tasks of 4 notebooks and of 2
-            subs, remote, sandbox="auto", progress=False, seed=seed, scheduler=cluster.address, chunk=4
-        )
+        grade_all(subs, local, GradeConfig(jobs=2, sandbox="auto", progress=False, seed=seed))
+        on_cluster = GradeConfig(sandbox="auto", progress=False, seed=seed, scheduler=cluster.address, chunk=4)
+        summary = grade_all(subs, remote, on_cluster)  # tasks of 4 notebooks and of 2
         assert summary.graded == 6 and not summary.failed
         assert _records(remote) == _records(local)
-        assert {r["seed"] for r in _records(remote).values()} == {seed}
+        assert {r.seed for r in _records(remote).values()} == {seed}
 
 
 def test_a_rerun_on_the_cluster_skips_what_is_committed(cluster, tmp_path):
     subs = _class(tmp_path / "subs", 3)
     db = tmp_path / "book.sqlite"
-    grade_all(subs, db, sandbox="auto", progress=False, scheduler=cluster.address)
-    again = grade_all(subs, db, sandbox="auto", progress=False, scheduler=cluster.address)
+    grade_all(subs, db, GradeConfig(sandbox="auto", progress=False, scheduler=cluster.address))
+    again = grade_all(subs, db, GradeConfig(sandbox="auto", progress=False, scheduler=cluster.address))
     assert again.skipped == 3 and again.graded == 0
 
 
@@ -146,7 +150,9 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_each_submission_is_graded_o
     done: dict = {}
 
     def run() -> None:
-        done["summary"] = grade_all(subs, db, sandbox="auto", progress=False, scheduler=cluster.address, chunk=3)
+        done["summary"] = grade_all(
+            subs, db, GradeConfig(sandbox="auto", progress=False, scheduler=cluster.address, chunk=3)
+        )
 
     t = threading.Thread(target=run)
     t.start()
@@ -164,7 +170,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_each_submission_is_graded_o
     rows = _records(db)
     assert sorted(rows) == [f"s{i:02d}" for i in range(n)]  # each once
     assert summary.graded == n and not summary.failed, summary.failures
-    assert all(r["status"] == "graded" for r in rows.values())
+    assert all(r.status == "graded" for r in rows.values())
 
 
 def test_a_job_that_kills_its_workers_every_time_is_recorded_as_failed_and_the_batch_finishes(tmp_path):
@@ -178,11 +184,15 @@ def test_a_job_that_kills_its_workers_every_time_is_recorded_as_failed_and_the_b
             return grade_on_worker(batch, seed)
 
         subs = [Submission(f"s{i}", A, Path(f"s{i}.ipynb")) for i in range(3)]
-        jobs = [(subs[0], data, "a" * 64), (subs[1], b"KILL-THE-WORKER" + data, "b" * 64), (subs[2], data, "c" * 64)]
-        saved: dict[str, dict] = {}
+        jobs = [
+            Job(subs[0], data, "a" * 64),
+            Job(subs[1], b"KILL-THE-WORKER" + data, "b" * 64),
+            Job(subs[2], data, "c" * 64),
+        ]
+        saved: dict[str, Record] = {}
 
-        def failed(sub, reason, digest):
-            return {"status": "error", "messages": [reason], "score": 0.0}
+        def failed(job, reason):
+            return failed_record(job.assignment, reason, job.digest)
 
         for chunk in (1, 3):  # one task each; one task for all three, split when it keeps failing
             saved.clear()
@@ -191,14 +201,14 @@ def test_a_job_that_kills_its_workers_every_time_is_recorded_as_failed_and_the_b
                 jobs,
                 None,
                 GraderPlugin("auto"),
-                lambda sub, record, seconds: saved.__setitem__(sub.student, record),
+                lambda job, record, seconds: saved.__setitem__(job.submission.student, record),
                 failed,
                 task=deadly,
                 chunk=chunk,
             )
             assert sorted(saved) == ["s0", "s1", "s2"]
-            assert saved["s0"]["status"] == saved["s2"]["status"] == "graded"
-            assert saved["s1"]["status"] == "error" and "KilledWorker" in saved["s1"]["messages"][0]
+            assert saved["s0"].status == saved["s2"].status == "graded"
+            assert saved["s1"].status == "error" and "KilledWorker" in saved["s1"].messages[0]
     finally:
         c.close()
 
@@ -212,8 +222,7 @@ def test_tasks_carry_a_few_notebooks_and_every_worker_gets_several_tasks():
             assert size == 1 or -(-jobs // size) >= 8 * workers
 
 
-def test_a_chunk_that_is_not_a_positive_int_is_refused_before_anything_is_graded(tmp_path):
-    subs = _class(tmp_path / "subs", 1)
+def test_a_chunk_that_is_not_a_positive_int_is_refused_before_anything_is_graded():
     for bad in (0, -1, 2.5):
         with pytest.raises(ValueError, match="chunk must be an int >= 1"):
-            grade_all(subs, tmp_path / "book.sqlite", scheduler="tcp://127.0.0.1:1", chunk=bad)  # type: ignore[arg-type]
+            GradeConfig(scheduler="tcp://127.0.0.1:1", chunk=bad)  # type: ignore[arg-type]

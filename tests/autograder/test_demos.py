@@ -10,6 +10,7 @@ from test_autograder import HONEST, SETUP, notebook
 
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.demos import skip_demos
+from course_lib.autograder.record import Record
 from course_lib.autograder.sandbox.runner import Limits, Runner
 
 IMPORT = "from course_lib.grading import check, when_implemented\n"
@@ -113,7 +114,7 @@ def runner():
         yield r
 
 
-def _grade(runner, *cells: str) -> dict:
+def _grade(runner, *cells: str) -> Record:
     return grade_submission(notebook(*cells), "02_self_attention", runner)
 
 
@@ -122,8 +123,8 @@ def _grade(runner, *cells: str) -> dict:
 def test_a_demo_that_would_fail_is_not_run_while_grading(runner):
     crash = "with when_implemented():\n    raise RuntimeError('demo crashed')\n"
     record = _grade(runner, SETUP + IMPORT, HONEST, crash)
-    assert record["score"] == record["max_score"]
-    assert not any("demo crashed" in m for m in record["messages"])
+    assert record.score == record.max_score
+    assert not any("demo crashed" in m for m in record.messages)
 
 
 @pytest.mark.slow
@@ -131,7 +132,7 @@ def test_a_demo_that_would_fail_is_not_run_while_grading(runner):
 def test_a_definition_after_a_skipped_demo_in_the_same_cell_counts(runner):
     cell = "with when_implemented():\n    raise RuntimeError('demo crashed')\n" + HONEST
     record = _grade(runner, SETUP + IMPORT, cell)
-    assert record["score"] == record["max_score"]
+    assert record.score == record.max_score
 
 
 @pytest.mark.slow
@@ -145,8 +146,8 @@ def test_a_helper_defined_inside_a_demo_is_still_there_for_the_graded_functions(
         "    return e / torch.where(total == 0, torch.ones_like(total), total)\n"
     )
     record = _grade(runner, SETUP + IMPORT, helper, softmax)
-    assert record["functions"][0]["function"] == "softmax"
-    assert record["functions"][0]["score"] == record["functions"][0]["max_score"]
+    assert record.functions[0]["function"] == "softmax"
+    assert record.functions[0]["score"] == record.functions[0]["max_score"]
 
 
 @pytest.mark.slow
@@ -156,4 +157,4 @@ def test_the_solution_notebooks_lose_no_point_without_their_demos(runner):
     data = (root / "solutions" / "02_self_attention.ipynb").read_bytes()
     assert any("with when_implemented():" in "".join(c["source"]) for c in json.loads(data)["cells"])
     record = grade_submission(data, "02_self_attention", runner)
-    assert record["status"] == "graded" and record["score"] == record["max_score"]
+    assert record.status == "graded" and record.score == record.max_score

@@ -276,18 +276,18 @@ def test_the_sandboxed_grader_gives_every_honest_variant_full_marks_and_still_ca
     with Runner(mode="required", limits=Limits(call_seconds=5.0, submission_seconds=60.0)) as runner:
         for variant, (assignment, cells, graded) in sorted(HONEST.items()):
             rec = grade_submission(notebook(*cells), assignment, runner)
-            assert rec["status"] == "graded" and rec["flags"] == [], (variant, rec["messages"], rec["flags"])
-            fns = {f["function"]: f for f in rec["functions"]}
+            assert rec.status == "graded" and rec.flags == (), (variant, rec.messages, rec.flags)
+            fns = {f["function"]: f for f in rec.functions}
             for name in graded or list(fns):
                 assert fns[name]["score"] == fns[name]["max_score"] > 0, (variant, name, fns[name])
         rec = grade_submission(notebook(*HONEST["syntax_error_in_a_callee"][1]), A, runner)
-        assert [f["score"] == f["max_score"] for f in rec["functions"]] == [False, True, True], rec["functions"]
+        assert [f["score"] == f["max_score"] for f in rec.functions] == [False, True, True], rec.functions
         for cheater in ("tensor_method_in_a_helper_class", "live_definition_cheats_after_an_honest_one"):
             rec = grade_submission(notebook(*CHEATERS[cheater], ATTENTION), A, runner)
-            softmax = next(f for f in rec["functions"] if f["function"] == "softmax")
+            softmax = next(f for f in rec.functions if f["function"] == "softmax")
             assert softmax["status"] == "forbidden" and softmax["score"] == 0, cheater
         rec = grade_submission(notebook(SETUP, REVIEWED["call_through_sys_modules"], SOFTMAX, ATTENTION), A, runner)
-        assert rec["status"] == "review" and rec["score"] == 0
+        assert rec.status == "review" and rec.score == 0
 
 
 #: softmax is never written: only its call (and a comment naming its def) is in the notebook

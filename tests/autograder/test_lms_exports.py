@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from course_lib.autograder import batch
+from course_lib.autograder import autograde
 from course_lib.autograder.autograde import refused_record, sha256
-from course_lib.autograder.deadlines import LatePolicy, apply_late
+from course_lib.autograder.deadlines import LatePolicy
 from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
 from course_lib.autograder.gradebook import Gradebook
+from course_lib.autograder.record import Record
 from course_lib.cli import main
 
 A = "02_self_attention"  # 34 points
@@ -25,10 +27,10 @@ B = "03_multi_head_attention"  # 39 points
 DEADLINE = "2026-11-23T23:59:00+00:00"
 
 
-def graded(assignment: str, score: float, submitted: str | None = None, policy: LatePolicy | None = None) -> dict:
-    """A graded record of ``score`` points (a refused record's shape, with a score)."""
-    rec = {**refused_record(assignment, "stand-in"), "status": "graded", "score": float(score), "messages": []}
-    return apply_late({**rec, "submitted_at": submitted}, policy)
+def graded(assignment: str, score: float, submitted: str | None = None, policy: LatePolicy | None = None) -> Record:
+    """A graded record of ``score`` points (a refused record's shape, with a score), stamped."""
+    rec = replace(refused_record(assignment, "stand-in"), status="graded", raw_score=float(score), messages=())
+    return rec.stamp(submitted, None if policy is None else policy.penalty(rec.raw_score, submitted))
 
 
 def rows(path: Path) -> list[list[str]]:
@@ -142,11 +144,12 @@ def test_lateness_counts_started_days_and_the_penalty_stops_at_the_cap():
     assert policy.days_late(datetime.fromisoformat("2026-11-23T22:59:01+00:00")) == 1  # other timezone, 1 s late
     assert policy.days_late(datetime.fromisoformat("2026-11-24T23:59:01+01:00")) == 2
     rec = graded(A, 20, "2026-11-25T23:59:01+01:00", policy)  # 3 days: 30%, capped at 25%
-    assert rec["late"]["days"] == 3 and rec["late"]["fraction"] == 0.25
-    assert (rec["raw_score"], rec["late"]["points"], rec["score"]) == (20, 5, 15)
-    again = apply_late(rec, LatePolicy.parse("2026-11-23T23:59:00+01:00", "1%/day"))  # from raw, not compounded
-    assert again["score"] == pytest.approx(19.4) and again["raw_score"] == 20
-    assert graded(A, 20, None, policy)["late"] is None  # no time: on time
+    assert rec.late is not None and rec.late.days == 3 and rec.late.fraction == 0.25
+    assert (rec.raw_score, rec.late.points, rec.score) == (20, 5, 15)
+    slower = LatePolicy.parse("2026-11-23T23:59:00+01:00", "1%/day")
+    again = rec.stamp(rec.submitted_at, slower.penalty(rec.raw_score, rec.submitted_at))  # from raw, not compounded
+    assert again.score == pytest.approx(19.4) and again.raw_score == 20
+    assert graded(A, 20, None, policy).late is None  # no time: on time
 
 
 @pytest.mark.parametrize(
@@ -199,9 +202,9 @@ def test_a_rerun_with_another_deadline_changes_the_penalty_without_regrading(tmp
     def stand_in(data, assignment, runner, seed=None):  # the notebook's grading, counted
         with open(counter, "a") as f:
             f.write(assignment + "\n")
-        return {**refused_record(assignment, "x", sha256(data)), "status": "graded", "score": 30.0}
+        return replace(refused_record(assignment, "x", sha256(data)), status="graded", raw_score=30.0)
 
-    monkeypatch.setattr(batch, "grade_submission", stand_in)
+    monkeypatch.setattr(autograde, "grade_submission", stand_in)
     db = tmp_path / "g.sqlite"
     argv = ["grade", str(tmp_path / "subs"), "--db", str(db), "--quiet", "--sandbox", "off"]
 
@@ -236,7 +239,8 @@ def test_a_rerun_with_another_deadline_changes_the_penalty_without_regrading(tmp
     main([*argv, "--no-deadline"])
     assert state()["ann"][:2] == (30, 30) and len(calls()) == 2
     with Gradebook(db) as gb:
-        assert gb.record("ann", A)["late"] is None and gb.deadlines() == {}
+        record = gb.record("ann", A)
+        assert record is not None and record.late is None and gb.deadlines() == {}
 
 
 def test_student_ids_match_after_nfc_and_trimming_so_every_late_student_is_penalised(tmp_path, monkeypatch, capsys):
@@ -254,9 +258,9 @@ def test_student_ids_match_after_nfc_and_trimming_so_every_late_student_is_penal
     )
 
     def stand_in(data, assignment, runner, seed=None):
-        return {**refused_record(assignment, "x", sha256(data)), "status": "graded", "score": 30.0}
+        return replace(refused_record(assignment, "x", sha256(data)), status="graded", raw_score=30.0)
 
-    monkeypatch.setattr(batch, "grade_submission", stand_in)
+    monkeypatch.setattr(autograde, "grade_submission", stand_in)
     db = tmp_path / "g.sqlite"
     argv = ["grade", str(tmp_path / "subs"), "--db", str(db), "--sandbox", "off", "--quiet"]
     assert main([*argv, "--deadline", DEADLINE, "--late-penalty", "10%/day", "--timestamps", str(stamps)]) == 0

@@ -10,14 +10,16 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
 
-from course_lib.autograder import batch
+from course_lib.autograder import autograde
 from course_lib.autograder.autograde import refused_record, sha256
 from course_lib.autograder.batch import grade_all
+from course_lib.autograder.config import GradeConfig
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.pool import grade_in_processes
 from course_lib.autograder.sandbox import SandboxUnavailable, isolation
@@ -160,12 +162,12 @@ def test_a_submission_whose_grading_process_dies_is_recorded_as_failed_and_regra
     def stand_in(data, assignment, runner, seed=None):  # kills its own grading process for s3
         if json.loads(data)["victim"] and os.environ.get("KILL_THE_GRADER"):
             os.kill(os.getpid(), signal.SIGKILL)
-        return {**refused_record(assignment, "x", sha256(data)), "status": "graded", "score": 30.0}
+        return replace(refused_record(assignment, "x", sha256(data)), status="graded", raw_score=30.0)
 
-    monkeypatch.setattr(batch, "grade_submission", stand_in)
+    monkeypatch.setattr(autograde, "grade_submission", stand_in)
     monkeypatch.setenv("KILL_THE_GRADER", "1")
     db = tmp_path / "g.sqlite"
-    first = grade_all(subs, db, jobs=2, sandbox="auto", progress=False)
+    first = grade_all(subs, db, GradeConfig(jobs=2, sandbox="auto", progress=False))
     assert (first.graded, first.failed) == (6, 1)
     assert first.failures == [
         "s3/02_self_attention: Not graded yet: the grader failed (the grading process was killed by SIGKILL); "
@@ -173,11 +175,11 @@ def test_a_submission_whose_grading_process_dies_is_recorded_as_failed_and_regra
     ]
     with Gradebook(db) as book:
         records = dict(book.rows())
-    assert records["s3"]["status"] == "error" and records["s3"]["score"] == 0
-    assert records["s3"]["isolation"] == first.isolation == isolation.detect_isolation()  # the dead process's
-    assert all(records[f"s{i}"]["status"] == "graded" for i in (0, 1, 2, 4, 5))
+    assert records["s3"].status == "error" and records["s3"].score == 0
+    assert records["s3"].isolation == first.isolation == isolation.detect_isolation()  # the dead process's
+    assert all(records[f"s{i}"].status == "graded" for i in (0, 1, 2, 4, 5))
     monkeypatch.delenv("KILL_THE_GRADER")
-    second = grade_all(subs, db, jobs=2, sandbox="off", progress=False)
+    second = grade_all(subs, db, GradeConfig(jobs=2, sandbox="off", progress=False))
     assert (second.graded, second.skipped, second.failed) == (1, 5, 0)
 
 
@@ -200,12 +202,12 @@ def test_grading_processes_give_the_records_of_one_process(tmp_path):
     rows = {}
     for jobs in (1, 2):
         db = tmp_path / f"g{jobs}.sqlite"
-        summary = grade_all(subs, db, jobs=jobs, sandbox="auto", progress=False)
+        summary = grade_all(subs, db, GradeConfig(jobs=jobs, sandbox="auto", progress=False))
         assert summary.graded == 6 and not summary.failed and summary.isolation == isolation.detect_isolation()
         with Gradebook(db) as book:
             rows[jobs] = dict(book.rows())
     assert rows[1] == rows[2]
-    assert len({r["score"] for r in rows[2].values()}) == 3
+    assert len({r.score for r in rows[2].values()}) == 3
 
 
 def test_a_dask_workers_grading_process_that_dies_fails_its_job_and_is_replaced(tmp_path):
@@ -216,14 +218,14 @@ def test_a_dask_workers_grading_process_that_dies_fails_its_job_and_is_replaced(
     try:
         blank = (ROOT / "exercises" / f"{A}.ipynb").read_bytes()
         record, seconds = plugin.grade((blank, A, None))
-        assert record["status"] == "graded" and record["score"] == 0 and seconds > 0
+        assert record.status == "graded" and record.score == 0 and seconds > 0
         first = plugin.process.pid
         os.kill(first, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="killed by SIGKILL"):
             plugin.grade((blank, A, None))
         assert plugin.process.pid != first and not _running(first)
         record, _ = plugin.grade((blank, A, None))
-        assert record["status"] == "graded"
+        assert record.status == "graded"
     finally:
         plugin.teardown(worker=None)
     assert not _running(plugin.process.pid)

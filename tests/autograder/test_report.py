@@ -19,7 +19,7 @@ from conftest import ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib.autograder.autograde import STATUSES, grade_submission
+from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.notebook import (
     MAX_ANSWER_CHARS,
     MAX_SOURCE_CHARS,
@@ -27,11 +27,13 @@ from course_lib.autograder.notebook import (
     function_sources,
     think_answers,
 )
+from course_lib.autograder.record import STAMP_KEYS, STATUSES, Late, Record
 from course_lib.autograder.report import ReportError, build_data, write_report
 from course_lib.autograder.report.items import item_statistics
 from course_lib.cli import main
 
 A = "02_self_attention"
+DEADLINE = "2026-11-23T23:59:00+00:00"
 FUNCTIONS = ["softmax", "scaled_dot_product_attention", "self_attention"]
 
 
@@ -149,8 +151,9 @@ def test_an_unreadable_notebook_has_no_answers(data):
 
 def test_a_refused_record_carries_empty_sources_and_answers():
     record = grade_submission(b"{not json", A, runner=None)
-    assert record["status"] == "invalid"
-    assert record["sources"] == {} and record["answers"] == []
+    assert record.status == "invalid"
+    assert record.sources == {} and record.answers == ()
+    assert {"sources", "answers"} <= set(record.to_json())
 
 
 @pytest.mark.slow
@@ -161,12 +164,12 @@ def test_a_graded_record_carries_the_sources_and_answers(tmp_path):
     data = json.dumps(nb).encode()
     with Runner(mode="off", slot=4711) as runner:
         record = grade_submission(data, A, runner)
-    assert record["status"] == "graded"
-    assert record["sources"] == function_sources(code_cells(data), FUNCTIONS)
-    assert set(record["sources"]) == set(FUNCTIONS)
-    assert record["answers"] == think_answers(data) and all(a["answer"] for a in record["answers"])
+    assert record.status == "graded"
+    assert record.sources == function_sources(code_cells(data), FUNCTIONS)
+    assert set(record.sources) == set(FUNCTIONS)
+    assert list(record.answers) == think_answers(data) and all(a["answer"] for a in record.answers)
     for key in ("assignment", "sha256", "status", "score", "max_score", "messages", "functions", "flags"):
-        assert key in record
+        assert key in record.to_json()
 
 
 # -- a generated class -------------------------------------------------------------------------
@@ -295,26 +298,22 @@ def disguise(sources: dict[str, str], renames: dict[str, str]) -> dict[str, str]
     return out
 
 
-def record_of(reports: list, sources: dict[str, str] | None, answers: list[dict] | None, **extra) -> dict:
+def record_of(reports: list, sources: dict[str, str] | None, answers: list[dict] | None, late: Late | None = None):
+    """A graded record of these reports; ``None`` sources or answers: a record graded before
+    records carried them (the keys absent)."""
     functions = [r.to_dict() for r in reports]
-    record = {
-        "assignment": A,
-        "sha256": "",
-        "status": "graded",
-        "score": float(sum(f["score"] for f in functions)),
-        "max_score": float(sum(f["max_score"] for f in functions)),
-        "messages": [],
-        "functions": functions,
-        "isolation": "none",
-        "seed": None,
-        "fixed_cases": 0,
-        "flags": [],
-    }
-    if sources is not None:
-        record["sources"] = sources
-    if answers is not None:
-        record["answers"] = answers
-    return record | extra
+    record = Record(
+        assignment=A,
+        sha256="",
+        status="graded",
+        raw_score=float(sum(f["score"] for f in functions)),
+        max_score=float(sum(f["max_score"] for f in functions)),
+        functions=tuple(functions),
+        sources=sources or {},
+        answers=tuple(answers or ()),
+        absent=STAMP_KEYS | {k for k, v in (("sources", sources), ("answers", answers)) if v is None},
+    )
+    return record if late is None else record.stamp(late.submitted, late)
 
 
 def _identity_softmax(x, dim=-1):
@@ -369,7 +368,7 @@ def gradebook(tmp_path_factory):
         "m4": record_of([wrong_softmax, right["scaled_dot_product_attention"], right["self_attention"]], {}, []),
         "u1": record_of([unknown_softmax, right["scaled_dot_product_attention"], right["self_attention"]], {}, []),
         "old": record_of(correct, None, None),
-        "late": record_of(correct, {}, [], late={"days": 2, "fraction": 0.2, "points": 6.8}),
+        "late": record_of(correct, {}, [], Late(2, 0.2, 6.8, "2026-11-25T12:00:00+00:00", DEADLINE, 0.1, 1.0)),
         "refused": refused_record(A, "the file is not valid JSON"),
         "crashed": failed_record(A, "the sandbox failed"),
     }
@@ -487,14 +486,15 @@ def test_records_graded_before_sources_and_answers_existed_are_counted(site):
 # -- items ----------------------------------------------------------------------------------------
 
 
-def _item_records(matrix: list[list[bool]]) -> list[tuple[str, dict]]:
+def _item_records(matrix: list[list[bool]]) -> list[tuple[str, Record]]:
     rows = []
     for i, passes in enumerate(matrix):
         results = [
             {"name": f"t{j}", "points": float(p), "max_points": 1.0, "passed": p, "diagnoses": []}
             for j, p in enumerate(passes)
         ]
-        rows.append((f"s{i}", {"status": "graded", "functions": [{"function": "f", "results": results}]}))
+        functions = ({"function": "f", "results": results},)
+        rows.append((f"s{i}", Record(A, "", "graded", float(sum(passes)), float(len(passes)), functions=functions)))
     return rows
 
 

@@ -109,7 +109,7 @@ def build_data(
             "page": f"{stem}.html",
             "figure": f"{stem}-scores.svg",
             "functions": functions,
-            "class_size": sum(1 for _, r in rows if r.get("status") == "graded"),
+            "class_size": sum(1 for _, r in rows if r.status == "graded"),
             "scores": score_summary(rows),
             "mistakes": mistakes(rows, functions),
             "items": item_statistics(rows, functions),

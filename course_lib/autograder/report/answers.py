@@ -24,7 +24,7 @@ def answers_by_question(rows: list[Row]) -> list[dict[str, Any]]:
     questions: dict[str, dict[str, Any]] = {}
     for student, record in rows:
         seen: dict[str, str] = {}
-        for entry in record.get("answers") or []:
+        for entry in record.answers:
             if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
                 continue
             text = str(entry.get("answer") or "")

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from ...grading.registry import ASSIGNMENTS
-from ..autograde import STATUSES
 from ..gradebook import Gradebook
+from ..record import STATUSES, Record
 
 __all__ = ["ClassData", "Row", "load", "functions_of", "score_summary", "mistakes", "page_name", "ReportError"]
 
 #: One submission: (student id, its record).
-Row = tuple[str, dict[str, Any]]
+Row = tuple[str, Record]
 
 
 class ReportError(ValueError):
@@ -52,10 +52,10 @@ def load(db: str | Path) -> ClassData:
     groups: dict[str, list[Row]] = {}
     with Gradebook(db) as book:
         for student, record in book.rows():
-            groups.setdefault(str(record.get("assignment", "")), []).append((student, record))
+            groups.setdefault(record.assignment, []).append((student, record))
             data.records += 1
-            data.without_sources += "sources" not in record
-            data.without_answers += "answers" not in record
+            data.without_sources += "sources" in record.absent
+            data.without_answers += "answers" in record.absent
     order = [a for a in ASSIGNMENTS if a in groups] + sorted(a for a in groups if a not in ASSIGNMENTS)
     data.assignments = {a: sorted(groups[a], key=lambda row: row[0]) for a in order}
     return data
@@ -73,14 +73,14 @@ def functions_of(assignment: str, rows: list[Row]) -> list[str]:
         return list(ASSIGNMENTS[assignment])
     seen: dict[str, None] = {}
     for _, record in rows:
-        for fr in record.get("functions", []):
+        for fr in record.functions:
             seen.setdefault(str(fr.get("function", "")), None)
     return list(seen)
 
 
 def graded(rows: list[Row]) -> list[Row]:
     """The records that count as the class: status ``graded``."""
-    return [(s, r) for s, r in rows if r.get("status") == "graded"]
+    return [(s, r) for s, r in rows if r.status == "graded"]
 
 
 def _histogram(scores: list[float], max_score: float) -> dict[str, list[float]]:
@@ -92,27 +92,27 @@ def _histogram(scores: list[float], max_score: float) -> dict[str, list[float]]:
 
 def score_summary(rows: list[Row]) -> dict[str, Any]:
     """Scores of every record of one assignment: count, mean, median, full marks, zero, status
-    counts (every status of :data:`~course_lib.autograder.autograde.STATUSES`), late records and
+    counts (every status of :data:`~course_lib.autograder.record.STATUSES`), late records and
     a histogram (``edges``, ``counts``). Mean and median are None with no records."""
-    scores = [float(r.get("score", 0.0)) for _, r in rows]
-    max_score = max((float(r.get("max_score", 0.0)) for _, r in rows), default=0.0)
-    statuses = Counter(str(r.get("status", "")) for _, r in rows)
+    scores = [float(r.score) for _, r in rows]
+    max_score = max((float(r.max_score) for _, r in rows), default=0.0)
+    statuses = Counter(str(r.status) for _, r in rows)
     return {
         "records": len(rows),
         "max_score": max_score,
         "mean": statistics.fmean(scores) if scores else None,
         "median": statistics.median(scores) if scores else None,
-        "full_marks": sum(1 for _, r in rows if float(r.get("max_score", 0)) > 0 and r["score"] >= r["max_score"]),
+        "full_marks": sum(1 for _, r in rows if r.max_score > 0 and r.score >= r.max_score),
         "zero": sum(1 for s in scores if s == 0),
         "statuses": {s: statuses.get(s, 0) for s in STATUSES}
         | {s: n for s, n in statuses.items() if s not in STATUSES},
-        "late": sum(1 for _, r in rows if r.get("late")),
+        "late": sum(1 for _, r in rows if r.late is not None),
         "histogram": _histogram(scores, max_score),
     }
 
 
-def _function(record: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for fr in record.get("functions", []):
+def _function(record: Record, name: str) -> dict[str, Any] | None:
+    for fr in record.functions:
         if fr.get("function") == name:
             return fr
     return None

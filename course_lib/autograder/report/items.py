@@ -42,7 +42,7 @@ def item_statistics(rows: list[Row], functions: list[str]) -> list[dict[str, Any
     cls = graded(rows)
     keys: dict[tuple[str, str], float] = {}
     for _, record in cls:
-        for fr in record.get("functions", []):
+        for fr in record.functions:
             for res in fr.get("results", []):
                 keys.setdefault(
                     (str(fr.get("function", "")), str(res.get("name", ""))), float(res.get("max_points", 0))
@@ -55,7 +55,7 @@ def item_statistics(rows: list[Row], functions: list[str]) -> list[dict[str, Any
     points = np.zeros((n, m))
     present = np.zeros((n, m), dtype=bool)
     for i, (_, record) in enumerate(cls):
-        for fr in record.get("functions", []):
+        for fr in record.functions:
             for res in fr.get("results", []):
                 j = index[(str(fr.get("function", "")), str(res.get("name", "")))]
                 present[i, j] = True

@@ -46,8 +46,8 @@ def student_sources(rows: list[Row]) -> dict[str, dict[str, str]]:
     """Student -> graded function -> source, for the records that carry sources."""
     out = {}
     for student, record in rows:
-        sources = record.get("sources")
-        if isinstance(sources, dict) and sources:
+        sources = record.sources
+        if sources:
             out[student] = {str(k): str(v) for k, v in sources.items()}
     return out
 
