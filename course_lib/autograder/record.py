@@ -9,7 +9,7 @@ reads every record a gradebook has held: keys that records written before they e
 written back, so rewriting an old record changes only what the rewrite means to change.
 
 The per-function reports (``functions``) stay the JSON of
-:meth:`course_lib.grading.core.Report.to_dict`. Every string from a submission is made valid
+:meth:`course_lib.grading.report.Report.to_dict`. Every string from a submission is made valid
 UTF-8 once, when grading makes the record (:func:`.autograde.grade_submission`).
 """
 
