@@ -16,10 +16,8 @@ import torch
 from tqdm import tqdm  # the text bar: tqdm.auto needs ipywidgets in notebooks
 
 from .decoding import greedy_decode
-from .feedforward import PositionwiseFeedForward
 from .losses import label_smoothing_loss
 from .models import MODELS, build_model
-from .multihead import MultiHeadAttention
 from .tasks import PAD, Task, get_task
 
 __all__ = [
@@ -73,12 +71,7 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Everything that determines a training run; the same config and seed give the same model.
-
-    ``dropout_steps``: the model's dropout (its ``dropout`` in ``model_kwargs``) acts in the
-    first ``dropout_steps`` steps only and is then switched off ("early dropout", Liu et al.,
-    2023); ``None``: in every step.
-    """
+    """Everything that determines a training run; the same config and seed give the same model."""
 
     task: str
     model: str
@@ -89,7 +82,6 @@ class TrainConfig:
     warmup: int = 100
     label_smoothing: float = 0.1
     clip: float = 1.0
-    dropout_steps: int | None = None
     model_kwargs: dict = dataclasses.field(default_factory=dict)
     task_kwargs: dict = dataclasses.field(default_factory=dict)
 
@@ -255,8 +247,6 @@ def _train(config: TrainConfig, out, progress: bool, device: torch.device):
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
         optimizer.step()
         schedule.step()
-        if step + 1 == config.dropout_steps:
-            switch_off_dropout(model)
         if step % 20 == 0 or step == config.steps - 1:
             real = tgt_out != PAD
             acc = (logits.argmax(-1) == tgt_out)[real].float().mean().item()
@@ -273,16 +263,6 @@ def _train(config: TrainConfig, out, progress: bool, device: torch.device):
     if out is not None:
         save_checkpoint(out, model, task, config, metrics)
     return model, task, metrics
-
-
-def switch_off_dropout(model: torch.nn.Module) -> None:
-    """Set every dropout probability in ``model`` to 0: its ``nn.Dropout`` modules and the
-    ``dropout`` of the attention and feed-forward modules, which pass it to their functions."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        elif isinstance(module, MultiHeadAttention | PositionwiseFeedForward):
-            module.dropout = 0.0
 
 
 @torch.no_grad()

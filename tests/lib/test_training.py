@@ -67,28 +67,6 @@ def test_every_default_recipe_lowers_the_loss_on_every_seed_tried(task, model, s
         assert later < 0.8 * first, (seed, first, later)
 
 
-def test_early_dropout_acts_in_the_first_steps_only(monkeypatch):
-    from course_lib.multihead import MultiHeadAttention
-
-    monkeypatch.setattr("course_lib.training.evaluate", lambda m, t, n, seed: evaluate(m, t, n=10, seed=seed))
-    config = tiny(dropout_steps=3)  # tiny(): the model's dropout is 0.1
-    seen = []
-    original = MultiHeadAttention.forward
-
-    def forward(self, *args, **kwargs):
-        seen.append(self.dropout)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(MultiHeadAttention, "forward", forward)
-    model, _, _ = train(config, progress=False)
-    per_step = 3  # tiny()'s attention calls a step: the encoder's, the decoder's self and cross
-    assert set(seen[: 3 * per_step]) == {0.1} and set(seen[3 * per_step :]) == {0.0}
-    assert all(m.p == 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
-    _, _, always = train(tiny(), progress=False)
-    _, _, early = train(config, progress=False)
-    assert early["final_loss"] != always["final_loss"]
-
-
 def test_checkpoint_round_trip_gives_the_same_outputs(tmp_path):
     model, task, metrics = train(tiny(task="dates", model="luong"), out=tmp_path / "m.pt", progress=False)
     loaded, loaded_task, ckpt = load_checkpoint(tmp_path / "m.pt")
