@@ -65,6 +65,16 @@ FRAME_ACCESS = (
     "sys.setprofile",
     "sys.addaudithook",
 )
+#: torch's dispatcher: code reached through it runs outside the operator watch.
+TORCH_DISPATCH = (
+    "torch._C",
+    "torch.ops",
+    "torch._ops",
+    "torch.library",
+    "torch.overrides",
+    "torch.utils._python_dispatch",
+    "torch._dispatch",
+)
 #: Modules (and module attributes) that give access to frames, memory, file descriptors or
 #: torch's dispatcher, through which a forbidden call or the grader's own state can be reached.
 DYNAMIC_PATHS = (
@@ -93,13 +103,7 @@ DYNAMIC_PATHS = (
     "mmap",
     "fcntl",
     "marshal",
-    "torch._C",
-    "torch.ops",
-    "torch._ops",
-    "torch.library",
-    "torch.overrides",
-    "torch.utils._python_dispatch",
-    "torch._dispatch",
+    *TORCH_DISPATCH,
     "torch._dynamo",
 )
 #: Attributes that reach into functions, frames and namespaces.
@@ -145,13 +149,7 @@ REVIEW_PATHS = (
     "gc.get_referrers",
     "gc.get_referents",
     *FRAME_ACCESS,
-    "torch._C",
-    "torch.ops",
-    "torch._ops",
-    "torch.library",
-    "torch.overrides",
-    "torch.utils._python_dispatch",
-    "torch._dispatch",
+    *TORCH_DISPATCH,
     "sys.modules",
     "importlib",
     *(f"builtins.{b}" for b in ("eval", "exec", "compile", "__import__")),
