@@ -388,21 +388,9 @@ def test_load_torch_refuses_a_layer_without_biases():
 
 
 def test_without_weights_the_transformer_takes_the_fused_path_and_gives_the_same_output(monkeypatch):
-    from course_lib.models import build_model
+    from test_decoding import transformer
 
-    torch.manual_seed(0)
-    m = build_model(
-        "transformer",
-        13,
-        13,
-        d_model=32,
-        nhead=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=64,
-        dropout=0.0,
-        max_len=40,
-    )
+    m = transformer()  # the decoding tests' small seq2seq transformer, two layers each side
     src, tgt = torch.randint(3, 13, (4, 7)), torch.randint(3, 13, (4, 6))
     src[0, 5:], tgt[1, 4:] = 0, 0  # padding in both
     slow, _ = m(src, tgt, need_weights=True)
