@@ -37,7 +37,12 @@ FRESH = 10_000
 
 
 def bench_training(
-    seeds: int = 20, first_seed: int = REPORT_SEEDS, repro: bool = True, threads: int | None = None, runs=RUNS
+    seeds: int = 20,
+    first_seed: int = REPORT_SEEDS,
+    repro: bool = True,
+    threads: int | None = None,
+    runs=RUNS,
+    device: str = "cpu",
 ) -> list[dict]:
     """Train each default recipe from scratch on ``seeds`` seeds, one row per run, then the
     spread: the minimum, median and maximum of the fresh accuracy and of the training time."""
@@ -49,7 +54,7 @@ def bench_training(
     for task, model in runs:
         rows = []
         for seed in range(first_seed, first_seed + seeds):
-            r = benchmark(task, model, seed=seed, fresh_seed=FRESH + seed, threads=threads)
+            r = benchmark(task, model, seed=seed, fresh_seed=FRESH + seed, threads=threads, device=device)
             rows.append(r)
             load = "{:.1f}->{:.1f}".format(*r["load_average"])
             print(
@@ -62,7 +67,7 @@ def bench_training(
     if repro:
         config = default_config("reverse", "transformer", seed=first_seed)
         first = next(r for r in results if r["model"] == "transformer")
-        _, _, again = train(config, progress=False, threads=threads)
+        _, _, again = train(config, progress=False, threads=threads, device=device)
         same = (
             again["test_exact_accuracy"] == first["test_exact_accuracy"] and again["final_loss"] == first["final_loss"]
         )
@@ -129,13 +134,18 @@ def main(argv=None) -> int:
         "--first-seed", type=int, default=REPORT_SEEDS, help=f"the first of them (default {REPORT_SEEDS}: untuned)"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
+    parser.add_argument(
+        "--models", nargs="+", choices=[m for _, m in RUNS], default=None, help="recipes to train (default: all)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto for the training runs (default: cpu)")
     args = parser.parse_args(argv)
     print(
         f"{os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads by default, "
         f"load average {os.getloadavg()[0]:.2f}"
     )
     if args.only in (None, "training"):
-        bench_training(args.seeds, args.first_seed, repro=not args.no_repro, threads=args.threads)
+        runs = [r for r in RUNS if args.models is None or r[1] in args.models]
+        bench_training(args.seeds, args.first_seed, not args.no_repro, args.threads, runs, args.device)
     if args.only in (None, "kv-cache"):
         for batch in (1, 8):
             bench_kv_cache(batch=batch)

@@ -288,6 +288,7 @@ def benchmark(
     fresh_seed: int = 1,
     n: int = 1000,
     threads: int | None = None,
+    device: str | torch.device = "cpu",
     **overrides,
 ) -> dict:
     """Train the default recipe once and measure it: the numbers ``make bench`` prints.
@@ -303,6 +304,7 @@ def benchmark(
         fresh_seed: the seed of the fresh test sequences (any seed but ``seed``).
         n: number of test sequences in each evaluation.
         threads: torch threads for training (default: every core).
+        device: where to train and evaluate, as :func:`train`.
         overrides: changes to the default recipe, e.g. ``steps=100``.
 
     Returns:
@@ -323,7 +325,7 @@ def benchmark(
         raise ValueError(f"benchmark: fresh_seed must differ from seed ({seed})")
     config = default_config(task, model, seed=seed, **overrides)
     load_before = os.getloadavg()[0]
-    trained, task_obj, metrics = train(config, progress=False, threads=threads)
+    trained, task_obj, metrics = train(config, progress=False, threads=threads, device=device)
     load_after = os.getloadavg()[0]
     return {
         "task": task,
