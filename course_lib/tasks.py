@@ -3,6 +3,14 @@
 Every task draws examples from a seeded generator and assigns each *source* string to
 one split (train, validation or test) by a stable hash, so the splits are disjoint and
 the same every time, however many fresh examples are drawn.
+
+Two rules keep a split a fair sample of the task (issue 27). A split draws its lengths as
+the task does: the length first, then sources of that length until one is in the split, so
+no length weighs more in the test split because fewer of its sources landed there. And a
+length with fewer than :data:`MIN_SPLIT_SOURCES` possible sources is not split at all: its
+sources are in every split. With 10 tokens that is length 1 alone: its ten sequences would
+otherwise put two in the test split (``"0"`` and ``"9"``), a test of two items that the
+hash, not the model, decides.
 """
 
 from __future__ import annotations
@@ -16,11 +24,25 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Vocab", "Task", "SequenceTask", "DatesTask", "get_task", "TASKS", "PAD", "BOS", "EOS"]
+__all__ = [
+    "Vocab",
+    "Task",
+    "SequenceTask",
+    "DatesTask",
+    "get_task",
+    "TASKS",
+    "PAD",
+    "BOS",
+    "EOS",
+    "SPLITS",
+    "MIN_SPLIT_SOURCES",
+]
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 SPLITS = {"train": range(0, 8), "validation": range(8, 9), "test": range(9, 10)}  # hash % 10
+#: A length with fewer possible sources than this is in every split (see the module's docstring).
+MIN_SPLIT_SOURCES = 100
 
 
 @dataclass(frozen=True)
@@ -83,15 +105,27 @@ class Task:
         """Turn target symbols into the string shown to a user."""
         raise NotImplementedError
 
-    def stream(self, split: str, seed: int):
-        """An endless iterator of examples of one split, the same for the same seed."""
+    def sample_in(self, rng: random.Random, split: str, length_power: float = 0.0) -> tuple[list[str], list[str]]:
+        """One example of ``split``: examples drawn until one is in it (``length_power``: see
+        :meth:`SequenceTask.sample_in`; only 0 here)."""
+        if length_power:
+            raise ValueError(f"{self.name}: length_power applies to the sequence tasks only, got {length_power}")
+        while True:
+            src, tgt = self.sample(rng)
+            if _split_of(src) == split:
+                return src, tgt
+
+    def stream(self, split: str, seed: int, length_power: float = 0.0):
+        """An endless iterator of examples of one split, the same for the same seed.
+
+        ``length_power`` (training only, sequence tasks): draw a source of length L with
+        probability proportional to L ** length_power instead of the task's uniform lengths.
+        """
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose from {list(SPLITS)}")
         rng = random.Random(f"{self.name}:{split}:{seed}")
         while True:
-            src, tgt = self.sample(rng)
-            if _split_of(src) == split:
-                yield src, tgt
+            yield self.sample_in(rng, split, length_power)
 
     def examples(self, split: str, n: int, seed: int) -> list[tuple[list[str], list[str]]]:
         """``n`` examples of one split, the same for the same seed."""
@@ -142,7 +176,30 @@ class SequenceTask(Task):
         self.max_src_len = self.max_tgt_len = max_len
 
     def sample(self, rng):
-        src = [str(rng.randrange(self.vocab_size)) for _ in range(rng.randint(self.min_len, self.max_len))]
+        return self._example(
+            [str(rng.randrange(self.vocab_size)) for _ in range(rng.randint(self.min_len, self.max_len))]
+        )
+
+    def sample_in(self, rng, split, length_power=0.0):
+        """One example of ``split``: the length first, as :meth:`sample` draws it, then sources
+        of that length until one is in the split (or any, for a length too short to split).
+
+        With ``length_power`` p != 0 the length L is drawn with probability proportional to
+        L ** p (a training recipe's choice; the validation and test splits keep the task's
+        uniform lengths).
+        """
+        if length_power:
+            lengths = range(self.min_len, self.max_len + 1)
+            length = rng.choices(lengths, weights=[n**length_power for n in lengths])[0]
+        else:
+            length = rng.randint(self.min_len, self.max_len)
+        for _ in range(100_000):
+            src = [str(rng.randrange(self.vocab_size)) for _ in range(length)]
+            if self.vocab_size**length < MIN_SPLIT_SOURCES or _split_of(src) == split:
+                return self._example(src)
+        raise RuntimeError(f"{self.name}: no source of length {length} found in split {split!r}")
+
+    def _example(self, src: list[str]) -> tuple[list[str], list[str]]:
         if self.name == "reverse":
             return src, src[::-1]
         if self.name == "sort":

@@ -18,7 +18,7 @@ from tqdm import tqdm  # the text bar: tqdm.auto needs ipywidgets in notebooks
 from .decoding import greedy_decode
 from .losses import label_smoothing_loss
 from .models import MODELS, build_model
-from .tasks import PAD, Task, get_task
+from .tasks import PAD, SequenceTask, Task, get_task
 
 __all__ = [
     "DEVICES",
@@ -82,6 +82,7 @@ class TrainConfig:
     warmup: int = 100
     label_smoothing: float = 0.1
     clip: float = 1.0
+    length_power: float = 0.0  #: sequence tasks: train on lengths drawn with probability ∝ length ** this
     model_kwargs: dict = dataclasses.field(default_factory=dict)
     task_kwargs: dict = dataclasses.field(default_factory=dict)
 
@@ -94,8 +95,9 @@ class TrainConfig:
 # needs one cross-attention, and a second layer costs more time than it saves steps.
 _DEFAULTS = {
     "transformer": dict(
-        steps=280,
+        steps=320,
         batch_size=64,
+        length_power=0.5,
         lr=1.5e-2,
         warmup=30,
         model_kwargs=dict(
@@ -108,7 +110,7 @@ _DEFAULTS = {
             max_len=64,
         ),
     ),
-    "bahdanau": dict(steps=120, batch_size=64, lr=2e-2, warmup=20, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
+    "bahdanau": dict(steps=160, batch_size=64, lr=2e-2, warmup=20, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
     "luong": dict(steps=400, batch_size=128, lr=5e-3, warmup=50, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
 }
 
@@ -119,6 +121,8 @@ def default_config(task: str, model: str, seed: int = 0, **overrides) -> TrainCo
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
     settings = copy.deepcopy({**_DEFAULTS[model], **overrides})  # no dict shared with _DEFAULTS
+    if "length_power" not in overrides and not isinstance(get_task(task), SequenceTask):
+        settings.pop("length_power", None)  # a recipe's length weighting is for the sequence tasks
     return TrainConfig(task=task, model=model, seed=seed, **settings)
 
 
@@ -232,7 +236,7 @@ def _train(config: TrainConfig, out, progress: bool, device: torch.device):
     fused = device.type in ("cpu", "cuda")
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config.warmup, config.steps))
-    stream = task.stream("train", config.seed)
+    stream = task.stream("train", config.seed, config.length_power)
     start, start_cpu = time.perf_counter(), time.process_time()
     bar = tqdm(range(config.steps), desc=f"{config.model} on {config.task}", disable=not progress, mininterval=0.5)
     model.train()

@@ -1,12 +1,14 @@
 """Specification of the toy tasks: generators, vocabularies, splits, batching."""
 
 import datetime
+import itertools
 import zlib
+from collections import Counter
 
 import pytest
 import torch
 
-from course_lib.tasks import BOS, EOS, PAD, SPLITS, TASKS, get_task
+from course_lib.tasks import BOS, EOS, MIN_SPLIT_SOURCES, PAD, SPLITS, TASKS, get_task
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -26,12 +28,43 @@ def test_same_seed_gives_same_examples_and_other_seed_differs(name):
 
 
 @pytest.mark.parametrize("name", TASKS)
-def test_splits_are_disjoint_by_source(name):
+def test_splits_are_disjoint_by_source_beyond_the_lengths_too_short_to_split(name):
     task = get_task(name)
-    sources = {split: {"".join(s) for s, _ in task.examples(split, 300, seed=0)} for split in SPLITS}
+    vocab = len(task.src_vocab) - 3
+
+    def split_sources(split):  # sources of lengths with at least MIN_SPLIT_SOURCES possible sources
+        return {" ".join(s) for s, _ in task.examples(split, 600, seed=0) if vocab ** len(s) >= MIN_SPLIT_SOURCES}
+
+    sources = {split: split_sources(split) for split in SPLITS}
+    assert all(len(found) > 400 for found in sources.values())
     assert not sources["train"] & sources["test"]
     assert not sources["train"] & sources["validation"]
     assert not sources["validation"] & sources["test"]
+
+
+def test_the_ten_length_one_sources_are_in_every_split():
+    task = get_task("reverse")
+    for split in SPLITS:
+        lone = {s[0] for s, _ in task.examples(split, 2000, seed=1) if len(s) == 1}
+        assert lone == {str(i) for i in range(10)}, split
+
+
+@pytest.mark.parametrize("split", list(SPLITS))
+def test_every_split_draws_lengths_uniformly_as_the_task_does(split):
+    # Rejection sampling over whole examples made a length weigh more in a split that holds a
+    # larger share of its sources (length 1 was 12.8% of the test split, not 1/16).
+    lengths = Counter(len(s) for s, _ in get_task("reverse").examples(split, 16_000, seed=2))
+    assert sorted(lengths) == list(range(1, 17))
+    assert all(abs(n - 1000) < 130 for n in lengths.values()), lengths  # binomial sd about 31
+
+
+def test_length_power_draws_long_training_sources_more_often():
+    lengths = Counter(
+        len(s) for s, _ in itertools.islice(get_task("copy").stream("train", 0, length_power=1.0), 13_600)
+    )
+    assert abs(lengths[16] / lengths[1] - 16) < 5  # probability proportional to the length
+    with pytest.raises(ValueError, match="length_power applies to the sequence tasks only"):
+        next(get_task("dates").stream("train", 0, length_power=0.5))
 
 
 @pytest.mark.parametrize(
@@ -94,5 +127,7 @@ def test_unknown_task_and_unknown_symbol_give_clear_errors():
 def test_split_is_assigned_by_a_stable_hash_of_the_source():
     # The same source always lands in the same split, on any machine and in any process.
     task = get_task("reverse")
-    for src, _ in task.examples("test", 20, seed=0):
+    for src, _ in task.examples("test", 40, seed=0):
+        if len(src) == 1:  # in every split
+            continue
         assert zlib.crc32("\x1f".join(src).encode()) % 10 in SPLITS["test"]
