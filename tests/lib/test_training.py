@@ -166,6 +166,13 @@ def test_default_config_copies_the_defaults():
     assert _DEFAULTS["transformer"]["model_kwargs"]["d_model"] != 8
 
 
+def test_a_recipes_length_weighting_applies_to_the_sequence_tasks_only():
+    assert default_config("reverse", "transformer").length_power == _DEFAULTS["transformer"]["length_power"] > 0
+    assert default_config("dates", "transformer").length_power == 0.0  # dates have no lengths to weigh
+    with pytest.raises(ValueError, match="length_power applies to the sequence tasks only"):
+        train(default_config("dates", "transformer", length_power=0.5, steps=1), progress=False, threads=1)
+
+
 def test_benchmark_returns_the_numbers_make_bench_prints():
     tiny_model = tiny().model_kwargs
     result = benchmark(
