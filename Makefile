@@ -32,15 +32,18 @@ $(STAMP): pyproject.toml constraints.txt
 # text). They also run code from course_lib's model modules and book/*.py, so a change there
 # empties the cache: every number and figure in the book comes from the code as it is now.
 # Chapters missing from the cache are executed two at a time first (book/_ext/execute_parallel.py);
-# the strict build then finds them all there.
+# the strict build then finds them all there. After a code change every page is rebuilt
+# (--all, until one build succeeds): Sphinx re-reads only pages whose own sources changed, and
+# would keep the old outputs of a chapter whose text did not.
 BOOK_CODE := $(sort $(wildcard course_lib/*.py book/*.py))
 
 book: $(STAMP)
 	@mkdir -p _build; hash=$$(cat $(BOOK_CODE) | sha256sum | cut -c1-16); \
 	  if [ "$$(cat _build/.book-code 2>/dev/null)" != "$$hash" ]; then \
-	    rm -rf _build/.jupyter_cache; echo "$$hash" > _build/.book-code; fi
+	    rm -rf _build/.jupyter_cache; touch _build/.book-stale; echo "$$hash" > _build/.book-code; fi
 	$(BIN)/python book/_ext/execute_parallel.py --jobs 2
-	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
+	$(BIN)/jupyter-book build . --builder html -W -n --keep-going $$([ -e _build/.book-stale ] && echo --all)
+	@rm -f _build/.book-stale
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 # A PDF of the whole book, offline: the book as one HTML page (strict, chapters from the
