@@ -185,8 +185,8 @@ class SequenceTask(Task):
         of that length until one is in the split (or any, for a length too short to split).
 
         With ``length_power`` p != 0 the length L is drawn with probability proportional to
-        L ** p (a training recipe's choice; the validation and test splits keep the task's
-        uniform lengths).
+        L ** p: a training recipe's choice, which :func:`course_lib.training.train` applies to
+        the training split only, so that evaluation keeps the task's uniform lengths.
         """
         if length_power:
             lengths = range(self.min_len, self.max_len + 1)
