@@ -115,7 +115,7 @@ _DEFAULTS = {
         ),
     ),
     "bahdanau": dict(steps=160, batch_size=64, lr=2e-2, warmup=20, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
-    "luong": dict(steps=400, batch_size=128, lr=5e-3, warmup=50, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
+    "luong": dict(steps=600, batch_size=128, lr=1e-2, warmup=50, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
 }
 
 
