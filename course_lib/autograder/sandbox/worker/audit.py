@@ -21,8 +21,8 @@ holds the submission for review, naming the construct):
 dispatcher libraries whose kernels refuse the forbidden operators
 (:func:`course_lib.grading.opwatch.refuse_operators`) stay registered for the process's life.
 
-What a hook cannot see or should not refuse is listed in the README's threat model (reads of
-``__globals__`` and ``__closure__``, frames: ``sys._getframe``, tracebacks and trace functions
+What a hook cannot see or should not refuse is listed in ``docs/threat-model.md`` (reads
+of ``__globals__`` and ``__closure__``, frames: ``sys._getframe``, tracebacks and trace functions
 are everyday tools of honest code and of CPython itself): nothing that decides points depends
 on it.
 """
