@@ -75,7 +75,7 @@ from . import isolation as iso
 from .cgroup import MemoryCgroup
 from .conversation import _Conversation, _Ending
 from .jobs import Job, Limits, RunResult, SandboxUnavailable, _Lost, _NotSent, _Pipes, plan_phases
-from .worker.zygote import recv_packet, send_packet
+from .worker.protocol import recv_packet, send_packet
 
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable", "plan_phases"]
 
