@@ -324,15 +324,11 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             reports.append(zero_report(ex, "forbidden", "; ".join(forbidden[ex.name]), seed))
             flags.append(f"forbidden: {ex.name} " + "; ".join(forbidden[ex.name]))
         elif ex.name in result.missing:
-            reports.append(
-                zero_report(
-                    ex,
-                    "missing",
-                    f"no function named {ex.name} was defined after running "
-                    "your notebook (check the name and that its cell runs without errors)",
-                    seed,
-                )
+            note = (
+                f"no function named {ex.name} was defined after running "
+                "your notebook (check the name and that its cell runs without errors)"
             )
+            reports.append(zero_report(ex, "missing", note, seed))
         elif ex.name in result.not_own:
             note = (
                 f"{ex.name} is {result.not_own[ex.name]}; graded functions must be your own code, written "
@@ -341,16 +337,24 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             reports.append(zero_report(ex, "forbidden", note, seed))
             flags.append(f"forbidden: {ex.name} is not the student's own function")
         else:
-            report = judged.report(ex, result.outcomes.get(ex.name, []))
-            key = standin_key(ex.name)
-            if key in result.outcomes:  # a callee failed: its mistake is charged there only
-                stand_in = judged.report(ex, result.outcomes[key])
-                report = composed(report, stand_in, callees[ex.name])
-            if report.status == "forbidden":
-                flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
-            reports.append(report)
+            reports.append(_judged_report(ex, result, judged, callees, flags))
     status = cast(RecordStatus, "graded" if result.status == "ok" else result.status)
     return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks, written)
+
+
+def _judged_report(
+    ex: Exercise, result: RunResult, judged: Judged, callees: dict[str, list[str]], flags: list[str]
+) -> Report:
+    """``ex``'s report, judged from its calls' outcomes in ``result`` (where a callee failed, its
+    mistake is charged there only); a forbidden use it shows is added to ``flags``."""
+    report = judged.report(ex, result.outcomes.get(ex.name, []))
+    key = standin_key(ex.name)
+    if key in result.outcomes:  # a callee failed: its mistake is charged there only
+        stand_in = judged.report(ex, result.outcomes[key])
+        report = composed(report, stand_in, callees[ex.name])
+    if report.status == "forbidden":
+        flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
+    return report
 
 
 def _callees(
