@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..grading.exercise_spec import Exercise
 from ..grading.forbidden import NotebookScan
@@ -27,6 +27,9 @@ from .demos import skip_demos
 from .notebook import NotebookError, code_cells, function_sources, think_answers
 from .record import Record, RecordStatus
 from .text import clean_record, student_message
+
+if TYPE_CHECKING:
+    from .sandbox import RunResult
 
 __all__ = [
     "grade_submission",
@@ -301,12 +304,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         noted = [f"review: {r}" for r in review]
         return _record(assignment, digest, "review", reports, [msg], isolation, seed, noted, fallbacks, written)
     forbidden = {ex.name: scan.violations(ex.name, ex.forbidden) for ex in exercises}
-    callees = {}
-    unreadable = [c.source for c in scan.cells if c.tree is None]  # a callee's def may be there
-    for ex in exercises:
-        names = static_callees(scan.env, ex.name, [n for n in ASSIGNMENTS[assignment] if n != ex.name], unreadable)
-        if names and not forbidden[ex.name]:
-            callees[ex.name] = names
+    callees = _callees(scan, exercises, assignment, forbidden)
     runnable = skip_demos(scan.runnable_sources(), [ex.name for ex in exercises])  # demos are not graded
     judged = Judged(seed)
     result = runner.run(make_job(runnable, exercises, seed, callees, forbidden, judged))
@@ -319,6 +317,63 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
         why = result.violations[0] if result.violations else "the grader could not trust what came back"
         reports = [zero_report(ex, "forbidden", f"held for an instructor to review: {why}", seed) for ex in exercises]
         return _record(assignment, digest, "review", reports, messages, isolation, seed, flags, fallbacks, written)
+    _note_run(scan, result, messages, flags)
+    reports = []
+    for ex in exercises:
+        if forbidden[ex.name]:
+            reports.append(zero_report(ex, "forbidden", "; ".join(forbidden[ex.name]), seed))
+            flags.append(f"forbidden: {ex.name} " + "; ".join(forbidden[ex.name]))
+        elif ex.name in result.missing:
+            note = (
+                f"no function named {ex.name} was defined after running "
+                "your notebook (check the name and that its cell runs without errors)"
+            )
+            reports.append(zero_report(ex, "missing", note, seed))
+        elif ex.name in result.not_own:
+            note = (
+                f"{ex.name} is {result.not_own[ex.name]}; graded functions must be your own code, written "
+                "with def in a code cell"
+            )
+            reports.append(zero_report(ex, "forbidden", note, seed))
+            flags.append(f"forbidden: {ex.name} is not the student's own function")
+        else:
+            reports.append(_judged_report(ex, result, judged, callees, flags))
+    status = cast(RecordStatus, "graded" if result.status == "ok" else result.status)
+    return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks, written)
+
+
+def _judged_report(
+    ex: Exercise, result: RunResult, judged: Judged, callees: dict[str, list[str]], flags: list[str]
+) -> Report:
+    """``ex``'s report, judged from its calls' outcomes in ``result`` (where a callee failed, its
+    mistake is charged there only); a forbidden use it shows is added to ``flags``."""
+    report = judged.report(ex, result.outcomes.get(ex.name, []))
+    key = standin_key(ex.name)
+    if key in result.outcomes:  # a callee failed: its mistake is charged there only
+        stand_in = judged.report(ex, result.outcomes[key])
+        report = composed(report, stand_in, callees[ex.name])
+    if report.status == "forbidden":
+        flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
+    return report
+
+
+def _callees(
+    scan: NotebookScan, exercises: list[Exercise], assignment: str, forbidden: dict[str, list[str]]
+) -> dict[str, list[str]]:
+    """Graded function -> the assignment's other graded functions it calls (read from the
+    source), for the functions that have such callees and break no rule."""
+    callees: dict[str, list[str]] = {}
+    unreadable = [c.source for c in scan.cells if c.tree is None]  # a callee's def may be there
+    for ex in exercises:
+        names = static_callees(scan.env, ex.name, [n for n in ASSIGNMENTS[assignment] if n != ex.name], unreadable)
+        if names and not forbidden[ex.name]:
+            callees[ex.name] = names
+    return callees
+
+
+def _note_run(scan: NotebookScan, result: RunResult, messages: list[str], flags: list[str]) -> None:
+    """Add to ``messages`` (for the student) and ``flags`` (for the instructor) what the run
+    of the notebook (``result``) showed: the cells' errors, the reaches for the references."""
     errors = sorted(scan.problems + [student_message(e) for e in result.cell_errors], key=_cell_number)
     messages += [f"Error while running your notebook, {_code_cell(e)}" for e in errors[:10]]
     if len(errors) > 10:
@@ -329,39 +384,6 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             "graded code must be your own, and they are not available while grading."
         )
         flags.append(f"reference: {access}")
-    reports = []
-    for ex in exercises:
-        if forbidden[ex.name]:
-            reports.append(zero_report(ex, "forbidden", "; ".join(forbidden[ex.name]), seed))
-            flags.append(f"forbidden: {ex.name} " + "; ".join(forbidden[ex.name]))
-        elif ex.name in result.missing:
-            reports.append(
-                zero_report(
-                    ex,
-                    "missing",
-                    f"no function named {ex.name} was defined after running "
-                    "your notebook (check the name and that its cell runs without errors)",
-                    seed,
-                )
-            )
-        elif ex.name in result.not_own:
-            note = (
-                f"{ex.name} is {result.not_own[ex.name]}; graded functions must be your own code, written "
-                "with def in a code cell"
-            )
-            reports.append(zero_report(ex, "forbidden", note, seed))
-            flags.append(f"forbidden: {ex.name} is not the student's own function")
-        else:
-            report = judged.report(ex, result.outcomes.get(ex.name, []))
-            key = standin_key(ex.name)
-            if key in result.outcomes:  # a callee failed: its mistake is charged there only
-                stand_in = judged.report(ex, result.outcomes[key])
-                report = composed(report, stand_in, callees[ex.name])
-            if report.status == "forbidden":
-                flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))
-            reports.append(report)
-    status = cast(RecordStatus, "graded" if result.status == "ok" else result.status)
-    return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks, written)
 
 
 def failure_reason(e: BaseException) -> str:

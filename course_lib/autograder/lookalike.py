@@ -368,22 +368,10 @@ def find_lookalikes(
     """
     _check(sources, starter, solution, threshold, common)
     cache: dict[str, list[tuple[int, int, int, int]]] = {}
-
-    def prints_of(functions: Mapping[str, str]) -> _Prints:
-        out: _Prints = {}
-        for f, src in functions.items():
-            if src not in cache:
-                try:
-                    cache[src] = _grams(src, K, W)
-                except ValueError:
-                    continue
-            out[f] = cache[src]
-        return out
-
-    base = {g[0] for gs in prints_of(starter).values() for g in gs}
-    sol_prints = prints_of(solution)
+    base = {g[0] for gs in _prints_of(starter, cache).values() for g in gs}
+    sol_prints = _prints_of(solution, cache)
     sol_keys = _keys(sol_prints, base)
-    prints = {s: prints_of(functions) for s, functions in sources.items()}
+    prints = {s: _prints_of(functions, cache) for s, functions in sources.items()}
     own = {s: _keys(p, base) for s, p in prints.items()}
     students = sorted(s for s in own if own[s])
 
@@ -416,6 +404,19 @@ def find_lookalikes(
                 pairs.append(Pair(s, REFERENCE, similarity, len(both), _regions(prints[s], sol_prints, both)))
     pairs.sort(key=lambda p: (-p.similarity, -p.shared, p.a, p.b))
     return pairs
+
+
+def _prints_of(functions: Mapping[str, str], cache: dict[str, list[tuple[int, int, int, int]]]) -> _Prints:
+    """Each function's fingerprints (a source that does not tokenize left out), ``cache``d by source."""
+    out: _Prints = {}
+    for f, src in functions.items():
+        if src not in cache:
+            try:
+                cache[src] = _grams(src, K, W)
+            except ValueError:
+                continue
+        out[f] = cache[src]
+    return out
 
 
 def _keys(prints: _Prints, base: set[int]) -> set[_Key]:

@@ -201,17 +201,14 @@ def restyle(source: str, rng: random.Random, renames: Mapping[str, str] | None =
             level += 1 if typ == tokenize.INDENT else -1
             continue
         if typ == tokenize.NEWLINE:
-            out.append(")" * wrap)
+            out.append(")" * wrap + _line_end(rng))
             wrap = 0
-            if rng.random() < 0.2:
-                out.append("  # " + rng.choice(_COMMENTS))
-            out.append("\n" + "\n" * (rng.random() < 0.2))
             line_start, prev = True, None
             continue
         if typ == tokenize.NAME and s in renames and (prev is None or prev.string != "."):
             s = renames[s]
-        if typ == tokenize.STRING and s[0] == '"' and not s.startswith('"""') and "'" not in s and "\\" not in s:
-            s = "'" + s[1:-1] + "'" if rng.random() < 0.5 else s
+        if typ == tokenize.STRING:
+            s = _requoted(s, rng)
         if line_start:
             out.append(unit * level)
             line_start = False
@@ -235,13 +232,30 @@ def restyle(source: str, rng: random.Random, renames: Mapping[str, str] | None =
                 prev = None
                 continue
         if depth > 0 and s in ",([{" and rng.random() < 0.3:
-            if rng.random() < 0.3:
-                out.append("  # " + rng.choice(_COMMENTS))
-            out.append("\n" + " " * rng.randint(0, 12))
+            out.append(_break_in_brackets(rng))
             prev = None
             continue
         prev = t
     return "".join(out)
+
+
+def _line_end(rng: random.Random) -> str:
+    """The end of a logical line: sometimes a comment before it, sometimes a blank line after."""
+    comment = "  # " + rng.choice(_COMMENTS) if rng.random() < 0.2 else ""
+    return comment + "\n" + "\n" * (rng.random() < 0.2)
+
+
+def _break_in_brackets(rng: random.Random) -> str:
+    """A line break inside brackets: sometimes a comment before it, a random indent after."""
+    comment = "  # " + rng.choice(_COMMENTS) if rng.random() < 0.3 else ""
+    return comment + "\n" + " " * rng.randint(0, 12)
+
+
+def _requoted(s: str, rng: random.Random) -> str:
+    """A string literal ``s``, half the time in single quotes where that means the same."""
+    if s[0] == '"' and not s.startswith('"""') and "'" not in s and "\\" not in s:
+        return "'" + s[1:-1] + "'" if rng.random() < 0.5 else s
+    return s
 
 
 _WORDS = (tokenize.NAME, tokenize.NUMBER, tokenize.STRING)

@@ -180,68 +180,7 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
         args.append("--probe")
     tmp = None
     if isolation == "bubblewrap":
-        cmd = [
-            "bwrap",
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--hostname",
-            "sandbox",
-            "--cap-drop",
-            "ALL",
-            "--cap-add",
-            "CAP_SYS_ADMIN",
-            "--cap-add",
-            "CAP_SETUID",
-            "--cap-add",
-            "CAP_SETGID",
-            "--cap-add",
-            "CAP_KILL",
-        ]
-        spec = allowlist(hide)
-        parents: list[str] = ["/sandbox"]
-        for item in spec:  # bwrap would make missing parent folders 0700: unreadable after the uid drop
-            if item[0] == "ro":
-                a = os.path.dirname(item[2])
-                while a not in ("/", "") and a not in parents:
-                    parents.append(a)
-                    a = os.path.dirname(a)
-        for a in sorted(parents, key=lambda p: p.count("/")):
-            cmd += ["--perms", "0755", "--dir", a]
-        for item in spec:
-            if item[0] == "ro":
-                cmd += ["--ro-bind", item[1], item[2]]
-            elif item[0] == "symlink":
-                cmd += ["--symlink", item[1], item[2]]
-            elif item[0] == "tmpfs":
-                cmd += ["--tmpfs", item[1], "--remount-ro", item[1]]
-            elif item[0] == "dev":
-                cmd += ["--dev", item[1]]
-            elif item[0] == "proc":
-                cmd += ["--proc", item[1]]
-        cmd += [
-            "--tmpfs",
-            SCRATCH,
-            "--ro-bind",
-            str(WORKER),
-            "/sandbox/worker",
-            "--ro-bind",
-            str(OPWATCH),
-            "/sandbox/opwatch.py",
-            "--remount-ro",
-            "/",
-            "--chdir",
-            SCRATCH,
-            *py,
-            "/sandbox",
-            *args,
-            "--opwatch",
-            "/sandbox/opwatch.py",
-        ]
+        cmd = _bwrap_command(py, args, hide)
     elif isolation == "namespaces":
         cmd = [*py, str(WORKER.parent), *args, "--opwatch", str(OPWATCH), "--root", json.dumps(allowlist(hide))]
     elif isolation == "none":
@@ -252,6 +191,80 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
     else:
         raise ValueError(f"unknown isolation {isolation!r}")
     return cmd, env, tmp
+
+
+def _bwrap_command(py: list[str], args: list[str], hide: list[str]) -> list[str]:
+    """Bubblewrap's command line: new namespaces, the capabilities the zygote needs for each
+    job's jail, the allowlisted root (:func:`_bwrap_mounts`), then the worker (``py``, ``args``)."""
+    cmd = [
+        "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+        "--cap-drop",
+        "ALL",
+        "--cap-add",
+        "CAP_SYS_ADMIN",
+        "--cap-add",
+        "CAP_SETUID",
+        "--cap-add",
+        "CAP_SETGID",
+        "--cap-add",
+        "CAP_KILL",
+    ]
+    cmd += _bwrap_mounts(allowlist(hide))
+    cmd += [
+        "--tmpfs",
+        SCRATCH,
+        "--ro-bind",
+        str(WORKER),
+        "/sandbox/worker",
+        "--ro-bind",
+        str(OPWATCH),
+        "/sandbox/opwatch.py",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        SCRATCH,
+        *py,
+        "/sandbox",
+        *args,
+        "--opwatch",
+        "/sandbox/opwatch.py",
+    ]
+    return cmd
+
+
+def _bwrap_mounts(spec: list[list[str]]) -> list[str]:
+    """Bubblewrap's arguments for the allowlist ``spec`` (see :func:`allowlist`)."""
+    cmd: list[str] = []
+    parents: list[str] = ["/sandbox"]
+    for item in spec:  # bwrap would make missing parent folders 0700: unreadable after the uid drop
+        if item[0] == "ro":
+            a = os.path.dirname(item[2])
+            while a not in ("/", "") and a not in parents:
+                parents.append(a)
+                a = os.path.dirname(a)
+    for a in sorted(parents, key=lambda p: p.count("/")):
+        cmd += ["--perms", "0755", "--dir", a]
+    for item in spec:
+        if item[0] == "ro":
+            cmd += ["--ro-bind", item[1], item[2]]
+        elif item[0] == "symlink":
+            cmd += ["--symlink", item[1], item[2]]
+        elif item[0] == "tmpfs":
+            cmd += ["--tmpfs", item[1], "--remount-ro", item[1]]
+        elif item[0] == "dev":
+            cmd += ["--dev", item[1]]
+        elif item[0] == "proc":
+            cmd += ["--proc", item[1]]
+    return cmd
 
 
 def watched() -> tuple[list[str], list[str]]:

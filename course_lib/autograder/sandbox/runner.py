@@ -75,7 +75,7 @@ from . import isolation as iso
 from .cgroup import MemoryCgroup
 from .conversation import _Conversation, _Ending
 from .jobs import Job, Limits, RunResult, SandboxUnavailable, _Lost, _NotSent, _Pipes, plan_phases
-from .worker.zygote import recv_packet, send_packet
+from .worker.protocol import recv_packet, send_packet
 
 __all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable", "plan_phases"]
 
@@ -376,25 +376,8 @@ class Runner:
                 "crashed": "the notebook's process crashed",
                 "review": "the submission is held for review",
             }.get(status, "no result came back")
-            final: dict[str, list[Outcome]] = {}
-            for key, outs in conv.outcomes.items():
-                if key in conv.skipped:
-                    continue
-                n = job.standins.get(key, (key, []))[0]
-                final[key] = []
-                for o in outs:
-                    if o is None:
-                        if n in conv.missing:
-                            o = Outcome("error", message=f"not run: no function named {n} was defined")
-                        elif n in conv.not_own:
-                            o = Outcome("error", message=f"not run: {n} is {conv.not_own[n]}")
-                        elif n in conv.lost:
-                            o = Outcome("error", message=f"not run: {n} is held for review (see the note)")
-                        else:
-                            o = Outcome("error", message=f"not run: {why}")
-                    final[key].append(o)
             return RunResult(
-                outcomes=final,
+                outcomes=_final_outcomes(job, conv, why),
                 missing=conv.missing,
                 cell_errors=conv.cell_errors,
                 reference_access=conv.refs,
@@ -470,3 +453,27 @@ class Runner:
 
     def __repr__(self) -> str:
         return f"Runner(isolation={self.isolation!r}, slot={self.slot}, limits={self.limits})"
+
+
+def _final_outcomes(job: Job, conv: _Conversation, why: str) -> dict[str, list[Outcome]]:
+    """Each graded key's outcomes (the stand-in runs not needed left out), a call that got no
+    answer failed with the reason it did not run (``why``: how the job ended, where no reason
+    of the function's own applies)."""
+    final: dict[str, list[Outcome]] = {}
+    for key, outs in conv.outcomes.items():
+        if key in conv.skipped:
+            continue
+        n = job.standins.get(key, (key, []))[0]
+        final[key] = []
+        for o in outs:
+            if o is None:
+                if n in conv.missing:
+                    o = Outcome("error", message=f"not run: no function named {n} was defined")
+                elif n in conv.not_own:
+                    o = Outcome("error", message=f"not run: {n} is {conv.not_own[n]}")
+                elif n in conv.lost:
+                    o = Outcome("error", message=f"not run: {n} is held for review (see the note)")
+                else:
+                    o = Outcome("error", message=f"not run: {why}")
+            final[key].append(o)
+    return final

@@ -234,26 +234,7 @@ def _mha_variant(
     scores = q @ k.transpose(-2, -1) / divisor  # (N, H, L, S)
     w = _weights(scores, mask, mask_how, softmax_dim)  # (N, H, L, S)
     heads = w @ v  # (N, H, L, D)
-    if out == "concat" and merge == "annotated":
-        result = _merge_annotated(heads, query.shape[0], E) @ W_o
-    elif out == "concat":
-        result = _merge(heads, merge) @ W_o
-    elif out == "no_wo":
-        result = _merge(heads, merge)
-    elif out == "mean_heads":
-        result = heads.mean(dim=1)
-    elif out == "sum_heads":
-        result = heads.sum(dim=1)
-    elif out == "mean_contrib":
-        result = sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(H)) / H
-    elif out == "diag_block":
-        result = torch.cat([heads[:, h] @ W_o[h * D : (h + 1) * D, h * D : (h + 1) * D] for h in range(H)], dim=-1)
-    elif out == "concat_contrib":
-        result = torch.cat([heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(H)], dim=-1)
-    elif out == "wo_columns":
-        result = sum(heads[:, h] @ W_o[:, h * D : (h + 1) * D].T for h in range(H))
-    else:
-        raise ValueError(out)
+    result = _combine_heads(heads, W_o, H, E, query.shape[0], out, merge)
     if residual != "none":  # the sublayer's residual connection (and layer norm) folded in
         result = query + result
         if residual == "add_norm":
@@ -262,6 +243,32 @@ def _mha_variant(
     if weights == "mean":
         w = w.mean(dim=1)
     return result, w
+
+
+def _combine_heads(heads, W_o, H, E, N, out, merge):
+    """The ``H`` heads' outputs ``heads`` (N, H, L, D) made one (N, L, E): merged and projected
+    by ``W_o`` as the reference does (``out="concat"``), or one of the mistakes ``out`` names."""
+    D = E // H
+    if out == "concat" and merge == "annotated":
+        return _merge_annotated(heads, N, E) @ W_o
+    elif out == "concat":
+        return _merge(heads, merge) @ W_o
+    elif out == "no_wo":
+        return _merge(heads, merge)
+    elif out == "mean_heads":
+        return heads.mean(dim=1)
+    elif out == "sum_heads":
+        return heads.sum(dim=1)
+    elif out == "mean_contrib":
+        return sum(heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(H)) / H
+    elif out == "diag_block":
+        return torch.cat([heads[:, h] @ W_o[h * D : (h + 1) * D, h * D : (h + 1) * D] for h in range(H)], dim=-1)
+    elif out == "concat_contrib":
+        return torch.cat([heads[:, h] @ W_o[h * D : (h + 1) * D] for h in range(H)], dim=-1)
+    elif out == "wo_columns":
+        return sum(heads[:, h] @ W_o[:, h * D : (h + 1) * D].T for h in range(H))
+    else:
+        raise ValueError(out)
 
 
 def _mha_mistake(**how):

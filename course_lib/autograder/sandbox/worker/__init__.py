@@ -6,11 +6,12 @@ inside bubblewrap, with this folder bound read-only into the jail; it must never
 ``course_lib`` (it runs where the course's source is not readable). The grader imports only
 :mod:`.protocol` from it. This file imports nothing.
 
-* :mod:`.protocol`: the wire protocol used by both sides (framing, signed frames, size
-  limits, value trees).
+* :mod:`.protocol`: the wire protocol used by both sides (framing, signed frames, control
+  packets, size limits, value trees).
 * :mod:`.syscalls`: C library wrappers and the seccomp filters.
 * :mod:`.jail`: the per-job jail (used by every job and by the probe).
-* :mod:`.zygote`: the warm zygote, which forks and supervises each job's student process.
+* :mod:`.zygote`: the warm zygote, which forks each job's student process, and
+  :mod:`.supervisor`, its watch over that process (limits, ``abort``) and the end packet.
 * :mod:`.student`: the jailed student process (cells, then calls), with :mod:`.phases` (the
   keeper and one process per group of functions), :mod:`.audit` (the audit hook),
   :mod:`.values` (arguments and results), :mod:`.channels` (output and signed frames),

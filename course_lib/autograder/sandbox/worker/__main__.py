@@ -21,7 +21,21 @@ import signal
 import socket
 import sys
 
-from . import audit, channels, jail, phases, protocol, rootfs, stubs, student, syscalls, timers, values, zygote  # noqa: F401 - all imported before the root is built
+from . import (  # noqa: F401 - all imported before the root is built
+    audit,
+    channels,
+    jail,
+    phases,
+    protocol,
+    rootfs,
+    stubs,
+    student,
+    supervisor,
+    syscalls,
+    timers,
+    values,
+    zygote,
+)
 
 
 def main(argv: list[str], home: str | None = None) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 _REFUSED = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"})
 _MEM_FILE = re.compile(r"^/proc/(self|thread-self|\d+)(/task/\d+)?/mem$")
@@ -68,17 +68,33 @@ def install(ctypes_code: Sequence[Any], guarded_types: Sequence[type]) -> Policy
     ``guarded_types``: classes besides the grader's own whose attributes student code may
     not change.
 
-    Everything the hook uses is bound here, in its closure: the module's globals and the
-    builtins (``id``, ``isinstance``...) can be rebound by student code, these names cannot."""
-    native = {id(c): c for c in ctypes_code}  # the objects kept alive: their ids stay theirs
-    guarded = {id(t): t for t in guarded_types}
+    Everything the hook uses is bound here and in the factories it calls (:func:`_refuser`,
+    :func:`_checker`), in closures: the module's globals and the builtins (``id``,
+    ``isinstance``...) can be rebound by student code, these names cannot."""
     state: dict[str, Any] = {"armed": False, "report": None, "busy": False}
-    getframe, refused_events, mem_file, module_of = sys._getframe, _REFUSED, _MEM_FILE, _module_of
-    _id, _isinstance, _len, _getattr, _str, _bytes = id, isinstance, len, getattr, str, bytes
-    _error, _base, _callable = RuntimeError, BaseException, callable
-    arm_event = ARM_EVENT
+    check = _checker(ctypes_code, guarded_types, _refuser(state))
+    arm_event, _callable = ARM_EVENT, callable
 
-    def refuse(what: str) -> None:
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if state["busy"]:
+            return
+        if event == arm_event:
+            if not state["armed"] and args and _callable(args[0]):
+                state["report"], state["armed"] = args[0], True
+            return
+        if state["armed"]:
+            check(event, args)
+
+    sys.addaudithook(hook)
+    return Policy()
+
+
+def _refuser(state: dict[str, Any]) -> Callable[[str], NoReturn]:
+    """The hook's ``refuse(what)``: report ``what`` once (through ``state["report"]``, with
+    the hook idle meanwhile: ``state["busy"]``), then raise ``RuntimeError``."""
+    _error, _base = RuntimeError, BaseException
+
+    def refuse(what: str) -> NoReturn:
         report = state["report"]
         if report is not None and not state["busy"]:
             state["busy"] = True
@@ -89,6 +105,19 @@ def install(ctypes_code: Sequence[Any], guarded_types: Sequence[type]) -> Policy
             finally:
                 state["busy"] = False
         raise _error(f"{what} is not available while grading")
+
+    return refuse
+
+
+def _checker(
+    ctypes_code: Sequence[Any], guarded_types: Sequence[type], refuse: Callable[[str], NoReturn]
+) -> Callable[[str, tuple[Any, ...]], None]:
+    """The armed hook's ``check(event, args)``: ``refuse`` the events listed in the module's
+    docstring (arguments as for :func:`install`)."""
+    native = {id(c): c for c in ctypes_code}  # the objects kept alive: their ids stay theirs
+    guarded = {id(t): t for t in guarded_types}
+    getframe, refused_events, mem_file, module_of = sys._getframe, _REFUSED, _MEM_FILE, _module_of
+    _id, _isinstance, _len, _getattr, _str, _bytes = id, isinstance, len, getattr, str, bytes
 
     def own(obj: Any) -> bool:
         if _id(obj) in guarded:
@@ -116,18 +145,7 @@ def install(ctypes_code: Sequence[Any], guarded_types: Sequence[type]) -> Policy
             name = args[1] if _len(args) > 1 else "?"
             refuse(f"changing {module_of(args[0])}.{_getattr(args[0], '__qualname__', '?')}.{name}")
 
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if state["busy"]:
-            return
-        if event == arm_event:
-            if not state["armed"] and args and _callable(args[0]):
-                state["report"], state["armed"] = args[0], True
-            return
-        if state["armed"]:
-            check(event, args)
-
-    sys.addaudithook(hook)
-    return Policy()
+    return check
 
 
 def keep(objects: list[Any]) -> None:

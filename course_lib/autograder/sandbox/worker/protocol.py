@@ -23,6 +23,7 @@ import hmac
 import json
 import math
 import os
+import socket
 import struct
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -181,6 +182,41 @@ class FrameReader:
         raw = bytes(self.buf[4 : 4 + n])
         del self.buf[:end]
         return header, blobs, raw
+
+
+# --------------------------------------------------------------------------- control packets
+
+# The control socket between the grader and the zygote (``AF_UNIX``, ``SOCK_SEQPACKET``; see
+# :mod:`.zygote`): one JSON object per packet, the job's pipes attached to a ``fork`` request.
+PACKET_BYTES = 1 << 16  # the largest control packet
+JOB_FDS = 3  # the student's ends of the requests, results and output pipes
+
+
+def send_packet(sock: socket.socket, message: Header, fds: list[int] | tuple[int, ...] = ()) -> None:
+    """One control message (JSON), with file descriptors attached."""
+    data = json.dumps(message, separators=(",", ":")).encode()
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.sendall(data)
+
+
+def recv_packet(sock: socket.socket) -> tuple[Header, list[int]] | None:
+    """One control message and the descriptors that came with it; None at the end of the stream.
+    A packet that is not a JSON object reads as ``{}``."""
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(sock, PACKET_BYTES, JOB_FDS + 1)
+    except ConnectionError:
+        return None
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None
+    try:
+        message = json.loads(data)
+    except ValueError:
+        message = None
+    return (message if isinstance(message, dict) else {}), list(fds)
 
 
 # --------------------------------------------------------------------------- .npy preambles

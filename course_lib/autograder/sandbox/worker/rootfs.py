@@ -46,55 +46,82 @@ def build_root(spec: list[list[str]]) -> None:
     old = "/oldroot"
     new = "/newroot"
     sc.mount("tmpfs", new, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "size=1m,mode=0755")
-
-    def ensure(path: str, is_dir: bool) -> None:
-        parent = os.path.dirname(path)
-        os.makedirs(parent, mode=0o755, exist_ok=True)
-        if is_dir:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-        elif not os.path.exists(path):
-            with open(path, "w"):
-                pass
-
     ro_targets: list[str] = []
     for item in spec:
-        kind = item[0]
-        if kind == "ro":
-            src, dst = old + item[1], new + item[2]
-            ensure(dst, os.path.isdir(src))
-            sc.mount(src, dst, None, sc.MS_BIND | sc.MS_REC)
-            ro_targets.append(dst)
-        elif kind == "symlink":
-            dst = new + item[2]
-            os.makedirs(os.path.dirname(dst), mode=0o755, exist_ok=True)
-            os.symlink(item[1], dst)
-        elif kind == "tmpfs":
-            dst = new + item[1]
-            ensure(dst, True)
-            sc.mount("tmpfs", dst, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "size=1m,mode=0755")
-            ro_targets.append(dst)
-        elif kind == "dev":
-            dst = new + item[1]
-            ensure(dst, True)
-            sc.mount("tmpfs", dst, "tmpfs", sc.MS_NOSUID, "size=64k,mode=0755")
-            for name in ("null", "zero", "full", "random", "urandom", "tty"):
-                if os.path.exists(old + "/dev/" + name):
-                    ensure(dst + "/" + name, False)
-                    sc.mount(old + "/dev/" + name, dst + "/" + name, None, sc.MS_BIND)
-            os.mkdir(dst + "/shm", 0o755)
-            for name, target in (
-                ("fd", "/proc/self/fd"),
-                ("stdin", "/proc/self/fd/0"),
-                ("stdout", "/proc/self/fd/1"),
-                ("stderr", "/proc/self/fd/2"),
-            ):
-                os.symlink(target, dst + "/" + name)
-            sc.mount(None, dst, None, sc.MS_REMOUNT | sc.MS_NOSUID | sc.MS_RDONLY)
-        elif kind == "proc":
-            dst = new + item[1]
-            ensure(dst, True)
-            sc.mount("proc", dst, "proc", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
-    # every mount made from the allowlist (and any mount below it) read-only
+        _mount_item(item, old, new, ro_targets)
+    _remount_read_only(old, new, ro_targets)
+    _ensure(new + SCRATCH, True)
+    sc.mount("tmpfs", new + SCRATCH, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "size=64m,mode=0755")
+    os.chdir(new)
+    sc.pivot_root(".", ".")
+    sc.umount(".", sc.MNT_DETACH)
+    os.chdir("/")
+    sc.mount(None, "/", None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV)
+    try:
+        sc.sethostname(b"sandbox")
+    except OSError:
+        pass
+
+
+def _ensure(path: str, is_dir: bool) -> None:
+    """Make ``path`` (a folder, or an empty file) and its parents, where missing."""
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    if is_dir:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    elif not os.path.exists(path):
+        with open(path, "w"):
+            pass
+
+
+def _mount_item(item: list[str], old: str, new: str, ro_targets: list[str]) -> None:
+    """One item of :func:`build_root`'s ``spec``, from the old root (``old``) into the new one
+    (``new``); the mounts to make read-only afterwards are added to ``ro_targets``."""
+    kind = item[0]
+    if kind == "ro":
+        src, dst = old + item[1], new + item[2]
+        _ensure(dst, os.path.isdir(src))
+        sc.mount(src, dst, None, sc.MS_BIND | sc.MS_REC)
+        ro_targets.append(dst)
+    elif kind == "symlink":
+        dst = new + item[2]
+        os.makedirs(os.path.dirname(dst), mode=0o755, exist_ok=True)
+        os.symlink(item[1], dst)
+    elif kind == "tmpfs":
+        dst = new + item[1]
+        _ensure(dst, True)
+        sc.mount("tmpfs", dst, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "size=1m,mode=0755")
+        ro_targets.append(dst)
+    elif kind == "dev":
+        _mount_dev(new + item[1], old)
+    elif kind == "proc":
+        dst = new + item[1]
+        _ensure(dst, True)
+        sc.mount("proc", dst, "proc", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
+
+
+def _mount_dev(dst: str, old: str) -> None:
+    """A minimal, read-only ``/dev`` at ``dst``: the harmless devices of the old root, bound."""
+    _ensure(dst, True)
+    sc.mount("tmpfs", dst, "tmpfs", sc.MS_NOSUID, "size=64k,mode=0755")
+    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+        if os.path.exists(old + "/dev/" + name):
+            _ensure(dst + "/" + name, False)
+            sc.mount(old + "/dev/" + name, dst + "/" + name, None, sc.MS_BIND)
+    os.mkdir(dst + "/shm", 0o755)
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        os.symlink(target, dst + "/" + name)
+    sc.mount(None, dst, None, sc.MS_REMOUNT | sc.MS_NOSUID | sc.MS_RDONLY)
+
+
+def _remount_read_only(old: str, new: str, ro_targets: list[str]) -> None:
+    """Every mount made from the allowlist (``ro_targets``, and any mount below them) read-only;
+    ``/dev``'s device binds are left as they are."""
     with open(old + "/proc/self/mountinfo") as f:
         points = [line.split()[4] for line in f]
     for point in points:
@@ -106,14 +133,3 @@ def build_root(spec: list[list[str]]) -> None:
                 sc.mount(None, point, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV)
             except OSError:
                 sc.mount(None, point, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID)
-    ensure(new + SCRATCH, True)
-    sc.mount("tmpfs", new + SCRATCH, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "size=64m,mode=0755")
-    os.chdir(new)
-    sc.pivot_root(".", ".")
-    sc.umount(".", sc.MNT_DETACH)
-    os.chdir("/")
-    sc.mount(None, "/", None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV)
-    try:
-        sc.sethostname(b"sandbox")
-    except OSError:
-        pass

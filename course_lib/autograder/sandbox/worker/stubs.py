@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 from .channels import _Sender
@@ -20,19 +21,13 @@ def _install_stubs(sender: _Sender) -> None:
             seen.add((name, kind))
             sender.send({"t": "ref", "name": name, "kind": kind})
 
-    def refusal(name: str) -> str:
-        return (
-            f"{name} is one of the course's reference implementations; it is not available while "
-            "grading (graded code must be your own)"
-        )
-
     class StubModule(types.ModuleType):
         def __getattr__(self, attr: str) -> Any:
             if attr.startswith("__") and attr.endswith("__"):
                 raise AttributeError(attr)
             name = f"{self.__name__}.{attr}"
             report(name)
-            raise AttributeError(refusal(name))
+            raise AttributeError(_refusal(name))
 
         def __setattr__(self, attr: str, value: Any) -> None:
             name = f"{self.__name__}.{attr}"
@@ -74,19 +69,33 @@ def _install_stubs(sender: _Sender) -> None:
     sys.modules["course_lib"] = root  # the warm worker left no other course_lib module (zygote.warm_up)
     sys.modules["course_lib.grading"] = grading
 
+    sys.meta_path.insert(0, _course_lib_finder(report))
+
+
+def _refusal(name: str) -> str:
+    """The error message for a reference implementation ``name`` that a notebook reached for."""
+    return (
+        f"{name} is one of the course's reference implementations; it is not available while "
+        "grading (graded code must be your own)"
+    )
+
+
+def _course_lib_finder(report: Callable[[str], None]) -> Any:
+    """An import finder that refuses (and ``report``s) every ``course_lib`` module but the stubs."""
+
     class CourseLibFinder:
         @staticmethod
         def find_spec(name: str, path: Any = None, target: Any = None) -> None:
             if (name == "course_lib" or name.startswith("course_lib.")) and name not in sys.modules:
                 report(name)
-                raise ImportError(refusal(name), name=name)
+                raise ImportError(_refusal(name), name=name)
             return None
 
         @staticmethod
         def invalidate_caches() -> None:
             pass
 
-    sys.meta_path.insert(0, CourseLibFinder)
+    return CourseLibFinder
 
 
 def load_opwatch(source: str) -> types.ModuleType:

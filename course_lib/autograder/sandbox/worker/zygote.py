@@ -22,58 +22,32 @@ The end packet: ``{"t": "end", "status": "exited"|"timeout"|"crashed"|"fatal", .
 ``exited``, ``exit_code`` or ``signal`` (how the student's process ended), for ``crashed``,
 ``reason`` (one of :data:`REASONS`) and ``message``, for ``fatal`` (the jail could not be set up,
 before any student code ran), ``message``; always ``seconds``.
+
+A job in three steps (:meth:`Zygote.job`): :meth:`Zygote._fork` starts the student's process;
+:class:`.supervisor.Supervisor` waits for it and kills it when it must; :func:`.supervisor.end_packet`
+says how it ended.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
-import select
-import signal
 import socket
 import sys
 import time
 import traceback
 import types
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from . import syscalls as sc
-from .protocol import SETUP_FD, Header, write_all
+from .protocol import JOB_FDS, SETUP_FD, Header, recv_packet, send_packet, write_all
 from .stubs import load_opwatch
 from .student import run_student
+from .supervisor import Supervisor, end_packet, kill_quietly
 
 #: Why the zygote stopped a job's student process (an end packet's ``reason``).
 REASONS = ("timeout", "memory", "grader_gone", "aborted", "no_process")
-PACKET_BYTES = 1 << 16  # the largest control packet
-JOB_FDS = 3  # the student's ends of the requests, results and output pipes
-
-
-def send_packet(sock: socket.socket, message: Header, fds: list[int] | tuple[int, ...] = ()) -> None:
-    """One control message (JSON), with file descriptors attached."""
-    data = json.dumps(message, separators=(",", ":")).encode()
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
-    else:
-        sock.sendall(data)
-
-
-def recv_packet(sock: socket.socket) -> tuple[Header, list[int]] | None:
-    """One control message and the descriptors that came with it; None at the end of the stream.
-    A packet that is not a JSON object reads as ``{}``."""
-    try:
-        data, fds, _flags, _addr = socket.recv_fds(sock, PACKET_BYTES, JOB_FDS + 1)
-    except ConnectionError:
-        return None
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None
-    try:
-        message = json.loads(data)
-    except ValueError:
-        message = None
-    return (message if isinstance(message, dict) else {}), list(fds)
 
 
 class Zygote:
@@ -110,176 +84,110 @@ class Zygote:
             # anything else (an abort that arrived after its job ended) is dropped
 
     def job(self, request: Header, req_r: int, res_w: int, out_w: int) -> bool:
-        """One job: fork the student's process into a new PID namespace, wait for it under the
-        wall-clock limit, send the end packet. False when the grader went away."""
+        """One job: fork the student's process (:meth:`_fork`), wait for it under the
+        wall-clock limit (:class:`.supervisor.Supervisor`), clean up after it and send the end
+        packet (:func:`.supervisor.end_packet`). False when the grader went away."""
         t0 = time.monotonic()
         limits, uid = request.get("limits", {}), int(request.get("uid", -1))
         deadline = t0 + float(limits.get("job_seconds", limits.get("submission_seconds", 60.0)))
-        scratch_host = None
-        if not self.isolated:
-            import tempfile
-
-            scratch_host = tempfile.mkdtemp(prefix="sandbox-job-")
+        scratch_host = None if self.isolated else _scratch_dir()
         setup_r, setup_w = os.pipe()  # the setup report, closed before student code runs
+        pid = self._fork(_StudentStart(limits, uid, req_r, res_w, out_w, setup_r, setup_w, scratch_host))
+        if pid is None:
+            os.close(setup_r)
+            self.send({"t": "end", "status": "crashed", "reason": "no_process", "message": "could not start a process"})
+            return True
+        student = Supervisor(pid, setup_r, deadline, self.ctrl)
+        student.supervise()
+        # The student's process is reaped; in isolated modes its whole PID namespace died with it.
+        if not self.isolated:
+            kill_quietly(os.killpg, pid)
+        student.drain_setup()
+        os.close(setup_r)
+        if scratch_host:
+            import shutil
+
+            shutil.rmtree(scratch_host, ignore_errors=True)
+        end = end_packet(student, t0)
+        if not student.grader_open:
+            return False
+        try:
+            self.send(end)
+        except OSError:
+            return False
+        return True
+
+    def _fork(self, start: _StudentStart) -> int | None:
+        """Fork the student's process (in isolated modes PID 1 of a new PID namespace, which the
+        zygote leaves again at once) and close the child's ends of the pipes here. Returns its
+        pid, or None when no process could be started; the child never returns."""
         if self.isolated:
             sc.unshare(sc.CLONE_NEWPID)  # the next child is PID 1 of a new PID namespace
         try:
             pid: int | None = os.fork()
         except OSError:
             pid = None
-        if pid == 0:  # the student's process
-            code = 72
-            try:
-                os.close(setup_r)
-                self.ctrl.close()
-                if self.pidns >= 0:
-                    os.close(self.pidns)
-                code = run_student(
-                    self.isolated, limits, uid, req_r, res_w, out_w, setup_w, scratch_host, self.watch_module
-                )
-            except BaseException as e:  # noqa: BLE001 - report a failed setup; never run student code then
-                msg = f"sandbox setup failed: {type(e).__name__}: {e}\n{traceback.format_exc()}"
-                for fd in (SETUP_FD, setup_w):
-                    try:
-                        write_all(fd, b"F" + msg.encode("utf-8", "replace"))
-                        break
-                    except OSError:
-                        continue
-                else:  # after the setup: a worker error while running the student's code
-                    try:
-                        write_all(2, ("\n[grader] " + msg).encode("utf-8", "replace"))
-                    except OSError:
-                        pass
-            os._exit(code)
+        if pid == 0:
+            self._become_student(start)
         if self.isolated:
             sc.setns(self.pidns, sc.CLONE_NEWPID)  # later forks (the next job) get a namespace of their own
-        for fd in (req_r, res_w, out_w, setup_w):
+        for fd in (start.req_r, start.res_w, start.out_w, start.setup_w):
             os.close(fd)
-        if pid is None:
-            os.close(setup_r)
-            self.send({"t": "end", "status": "crashed", "reason": "no_process", "message": "could not start a process"})
-            return True
+        return pid
+
+    def _become_student(self, s: _StudentStart) -> NoReturn:
+        """In the forked child: drop the zygote's descriptors, then set up the jail and run the
+        job (:func:`.student.run_student`). A failure is reported (:func:`_report_failure`) and
+        never followed by student code. Exits; never returns."""
+        code = 72
         try:
-            pidfd: int | None = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            pidfd = None  # no pidfd: poll waitpid instead
-        killed: tuple[str, str] | None = None
-        grader_open = True
-        setup = bytearray()
-        setup_open = True
-
-        def read_setup() -> None:
-            nonlocal setup_open
-            data = os.read(setup_r, 1 << 16)
-            setup_open = bool(data)
-            if len(setup) < 1 << 16:
-                setup.extend(data)
-
-        mem_check = 0.0
-        exited: int | None = None
-
-        def kill(reason: str, detail: str = "") -> None:
-            nonlocal killed
-            if killed is None:
-                killed = (reason, detail)
-            try:
-                os.kill(pid, signal.SIGKILL)  # PID 1 of its namespace: everything it started dies too
-            except (ProcessLookupError, PermissionError):
-                pass
-
-        while exited is None:
-            now = time.monotonic()
-            if now >= deadline and killed is None:
-                kill("timeout")
-            wait = 0.25 if pidfd is not None else 0.02
-            if killed is None:
-                wait = max(0.0, min(wait, deadline - now))
-            watch = [setup_r] if setup_open else []
-            if pidfd is not None:
-                watch.append(pidfd)
-            if grader_open:
-                watch.append(self.ctrl.fileno())
-            try:
-                ready, _, _ = select.select(watch, [], [], wait)
-            except InterruptedError:
-                continue
-            if self.ctrl.fileno() in ready:
-                got = recv_packet(self.ctrl)
-                if got is None:
-                    grader_open = False
-                    kill("grader_gone", "the grader went away")
-                else:
-                    for fd in got[1]:
-                        os.close(fd)
-                    if got[0].get("t") == "abort":
-                        kill("aborted", "aborted by the grader")
-            if setup_r in ready:
-                read_setup()
-            if pidfd is None or pidfd in ready:
-                got_pid, status = os.waitpid(pid, os.WNOHANG)
-                if got_pid:
-                    exited = status
-            if killed is None and time.monotonic() - mem_check > 0.25:
-                mem_check = time.monotonic()
-                if _low_memory():
-                    kill("memory")
-        if pidfd is not None:
-            os.close(pidfd)
-        # The student's process is reaped; in isolated modes its whole PID namespace died with it.
-        if not self.isolated:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        while setup_open and select.select([setup_r], [], [], 0.2)[0]:
-            read_setup()
-        os.close(setup_r)
-        if scratch_host:
-            import shutil
-
-            shutil.rmtree(scratch_host, ignore_errors=True)
-        end: Header = {"t": "end", "message": ""}
-        if setup[:1] == b"F":  # only the student process's setup, before any student code, can report this
-            end.update(status="fatal", message=bytes(setup[1:]).decode("utf-8", "replace")[-8000:])
-        elif killed is not None and killed[0] == "timeout":
-            end.update(status="timeout")
-        elif killed is not None:
-            end.update(status="crashed", reason=killed[0], message=killed[1])
-        else:
-            end.update(status="exited", **_how_it_ended(exited))
-        end["seconds"] = time.monotonic() - t0
-        if grader_open:
-            try:
-                self.send(end)
-            except OSError:
-                grader_open = False
-        return grader_open
+            os.close(s.setup_r)
+            self.ctrl.close()
+            if self.pidns >= 0:
+                os.close(self.pidns)
+            code = run_student(
+                self.isolated, s.limits, s.uid, s.req_r, s.res_w, s.out_w, s.setup_w, s.scratch_host, self.watch_module
+            )
+        except BaseException as e:  # noqa: BLE001 - report a failed setup; never run student code then
+            _report_failure(f"sandbox setup failed: {type(e).__name__}: {e}\n{traceback.format_exc()}", s.setup_w)
+        os._exit(code)
 
 
-def _low_memory() -> bool:
-    """True when the machine is close to running out of memory (guard against fork x memory bombs)."""
+@dataclass(frozen=True)
+class _StudentStart:
+    """What a job's student process is forked with (see :func:`.student.run_student`)."""
+
+    limits: dict[str, Any]  # the job's limits, as the grader sent them
+    uid: int  # the unprivileged uid it runs as (-1: keep the zygote's)
+    req_r: int  # the student's ends of the requests, results and output pipes
+    res_w: int
+    out_w: int
+    setup_r: int  # the setup pipe (the zygote's end: closed in the child)
+    setup_w: int
+    scratch_host: str | None  # mode none: the host folder for its scratch files
+
+
+def _scratch_dir() -> str:
+    """A host folder for a job's scratch files (mode ``none``: no tmpfs of its own)."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="sandbox-job-")
+
+
+def _report_failure(message: str, setup_w: int) -> None:
+    """In the student's process, a failure of the worker's own: on the setup pipe (fd
+    :data:`.protocol.SETUP_FD` once moved there, else ``setup_w``) while the jail is set up, so
+    the job ends ``fatal``; once both are closed (student code ran), to the output."""
+    for fd in (SETUP_FD, setup_w):
+        try:
+            write_all(fd, b"F" + message.encode("utf-8", "replace"))
+            return
+        except OSError:
+            continue
     try:
-        with open("/proc/meminfo", "rb") as f:
-            info = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
-        total = int(info[b"MemTotal"].split()[0]) * 1024
-        avail = int(info[b"MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return False
-    return avail < max(256 << 20, total // 50)
-
-
-def _how_it_ended(status: int | None) -> dict[str, Any]:
-    """An exited end frame's fields: ``exit_code`` or ``signal`` (its name), else a message."""
-    if status is not None and os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        return {"signal": name}
-    if status is not None and os.WIFEXITED(status):
-        return {"exit_code": os.WEXITSTATUS(status)}
-    return {"message": "the notebook's process ended without reporting"}
+        write_all(2, ("\n[grader] " + message).encode("utf-8", "replace"))
+    except OSError:
+        pass
 
 
 def warm_up(opwatch_source: str, functions: list[str], operators: list[str]) -> types.ModuleType:
