@@ -5,6 +5,7 @@
 - Hypothesis runs without a deadline (the first call into torch can be slow) and
   without an on-disk example database. Each property test sets its own modest
   ``max_examples``.
+- The browser tests share one fixture, ``browser`` (headless chromium, one per module).
 - Tests write into pytest's ``tmp_path``; the browser test of the book also keeps its
   screenshots in ``artifacts/screenshots`` for a person to look at.
 - Shared helpers live here and are imported by name (``from conftest import ROOT``): the
@@ -50,6 +51,9 @@ def notebook(*cells: str) -> bytes:
     return json.dumps(nb).encode()
 
 
+# The book's own modules (``book/ch02_cost.py``, ``book/agreement.py``, ...) and its Sphinx
+# extensions (``book/_ext/print_pdf.py``, ...), importable by name from every test.
+sys.path.insert(0, str(ROOT / "book"))
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 #: Debian's chromium, which the browser tests drive through Playwright (``make test`` installs
 #: it), with the book's own flags for printing it (no background traffic: no network here).
@@ -70,6 +74,17 @@ def seed_torch():
     """Seed torch's global RNG before every test."""
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian chromium, driven by Playwright, for the tests of one module."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
 
 
 def assert_full_marks(report) -> None:

@@ -10,8 +10,7 @@ screenshots go to ``artifacts/screenshots/report-*.png`` for a person to look at
 from __future__ import annotations
 
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, ROOT
-from playwright.sync_api import sync_playwright
+from conftest import ROOT
 from test_report import gradebook  # noqa: F401  (the generated class, a module fixture)
 
 from course_lib.autograder.report import write_report
@@ -26,14 +25,6 @@ def site(gradebook, tmp_path_factory):  # noqa: F811
     out = tmp_path_factory.mktemp("report-site")
     result = write_report(gradebook, out, exercises=ROOT / "exercises", solutions=ROOT / "solutions")
     return out, ["index.html"] + [a["page"] for a in result.data["assignments"]]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])

@@ -6,16 +6,10 @@ model must learn. These tests read the module directly; they need no built book.
 
 from __future__ import annotations
 
-import sys
-
+import agreement
 import pytest
 import torch
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import agreement  # noqa: E402
-from agreement import ENDINGS, FILLERS, NOUNS, Phrase, encode, evaluate, make_split, morph, noun_forms, train  # noqa: E402
+from agreement import ENDINGS, FILLERS, NOUNS, Phrase, encode, evaluate, make_split, morph, noun_forms, train
 
 
 @pytest.fixture(scope="module")

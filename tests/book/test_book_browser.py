@@ -31,9 +31,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
-from conftest import CHROMIUM, CHROMIUM_ARGS, ROOT
+from conftest import ROOT
 from pagecheck import axe_violations, cut_code, wide_equations
-from playwright.sync_api import sync_playwright
 
 pytestmark = pytest.mark.browser
 
@@ -80,14 +79,6 @@ def server():
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def open_page(browser, server, name: str, mode: str = "light"):

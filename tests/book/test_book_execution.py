@@ -9,13 +9,8 @@ script reads it.
 
 from __future__ import annotations
 
-import sys
-
+import execute_parallel
 from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book" / "_ext"))
-
-import execute_parallel  # noqa: E402
 
 NOTEBOOK = """---
 jupytext:

@@ -18,12 +18,11 @@ import sys
 from pathlib import Path
 
 import nbformat
+import print_pdf
 import pytest
 from conftest import ROOT
 
 EXT = ROOT / "book" / "_ext"
-sys.path.insert(0, str(EXT))
-import print_pdf  # noqa: E402
 
 pytestmark = pytest.mark.browser
 

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import timing  # noqa: E402
+import timing
 
 
 def test_warm_up_runs_are_not_timed_and_the_best_run_is_returned():

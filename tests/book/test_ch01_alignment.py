@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
+import ch01_alignment as al
 import pytest
 import torch
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch01_alignment as al  # noqa: E402
 
 SRC = list("21 Nov") + ["<eos>"]  # 7 source labels
 OUT = list("11-21") + ["<eos>"]  # one hyphen at t = 2, <eos> at t = 5

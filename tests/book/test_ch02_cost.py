@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
+import ch02_cost
 import pytest
 import torch
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch02_cost  # noqa: E402
 
 LENGTHS = [16, 64, 256, 1024, 4096]
 WIDTHS = [32, 256]

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
+import ch03_heads
+import ch03_timing
 import pytest
 import torch
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch03_heads  # noqa: E402
-import ch03_timing  # noqa: E402
 
 HEADS = (1, 2, 4, 8, 16)
 

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import math
-import sys
 
+import ch04_counter
 import pytest
 import torch
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch04_counter  # noqa: E402
 
 
 def test_signs_follow_the_complement_of_bit_i_plus_2_until_they_drift():

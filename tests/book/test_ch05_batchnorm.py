@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-
+import ch05_batchnorm
 import pytest
 import torch
 import torch.nn as nn
-from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch05_batchnorm  # noqa: E402
-
-from course_lib import LayerNorm  # noqa: E402
+from course_lib import LayerNorm
 
 
 def _batches(E=4):

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
+import ch05_gradients
 import torch
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch05_gradients  # noqa: E402
 
 
 def test_one_norm_per_layer_for_every_depth_and_one_std_per_layer():

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
+import ch06_heads
 import pytest
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch06_heads  # noqa: E402
 
 
 def test_one_layer_all_heads_on_the_mirror():

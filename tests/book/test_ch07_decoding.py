@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
+import ch07_decoding as d
 import numpy as np
 import torch
-from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch07_decoding as d  # noqa: E402
-
-from course_lib.models import TransformerSeq2Seq  # noqa: E402
+from course_lib.models import TransformerSeq2Seq
 
 
 def test_time_per_token_times_every_step_and_the_cache_changes_no_token():

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 
+import ch07_measure as m
 import pytest
 import torch
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "book"))
-
-import ch07_measure as m  # noqa: E402
 
 
 def test_loglog_slope_of_a_power_law_is_its_exponent():

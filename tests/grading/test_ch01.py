@@ -18,7 +18,7 @@ from conftest import assert_diagnosed, assert_full_marks
 
 import course_lib
 from course_lib.assignments import ASSIGNMENTS
-from course_lib.grading import check, exercise, judge, run_calls
+from course_lib.grading import check, judge, run_calls
 from course_lib.grading.exercises import ch01
 
 SLUG = "01_seq2seq_attention"
@@ -241,16 +241,6 @@ def test_cases_are_deterministic_plain_data(name):
                     assert torch.equal(u.nan_to_num(), w.nan_to_num())
                 else:
                     assert u == w
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_cases_and_reference_outputs_are_computed_once(name):
-    # (a speed claim belongs in a benchmark; what makes check() fast is this caching)
-    ex = exercise(name)
-    check(getattr(course_lib, name))
-    cases, expected = ex.cases(), ex.expected()
-    check(getattr(course_lib, name))
-    assert ex.cases() is cases and ex.expected() is expected
 
 
 @pytest.mark.parametrize("fn, name", ALTERNATIVES, ids=[f.__name__ for f, _ in ALTERNATIVES])

@@ -50,7 +50,18 @@ def test_cases_have_distinct_names_say_what_they_check_and_give_whole_points(ex)
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
 def test_the_reference_scores_full_marks(ex):
-    assert_full_marks(check(getattr(course_lib, ex.name), name=ex.name))
+    report = check(getattr(course_lib, ex.name), name=ex.name)
+    assert_full_marks(report)
+    assert report.diagnoses == []
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_cases_and_reference_outputs_are_computed_once(ex):
+    # (a speed claim belongs in a benchmark; what makes check() fast is this caching)
+    check(getattr(course_lib, ex.name), name=ex.name)
+    cases, expected = ex.cases(), ex.expected()
+    check(getattr(course_lib, ex.name), name=ex.name)
+    assert ex.cases() is cases and ex.expected() is expected
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
