@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from ._checks import check_mask, check_positive_int, check_shapes
 from .feedforward import PositionwiseFeedForward
-from .layernorm import LayerNorm, add_and_norm
+from .layernorm import LayerNorm
 from .masks import causal_mask
 from .multihead import MultiHeadAttention
 
@@ -77,7 +77,8 @@ class _Residual(nn.Module):
     """One residual block around a sublayer, post-LN or pre-LN, with dropout on its output.
 
     The sublayer returns ``(output, extra)``, e.g. attention's ``(output, weights)``; the
-    block returns ``(x, extra)``, ``x`` being the block's output.
+    block returns ``(x, extra)``, ``x`` being the block's output. With ``fused=True`` (the
+    layers' fused path, when no weights are asked for) the norm is PyTorch's fused kernel.
     """
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float):
@@ -87,13 +88,13 @@ class _Residual(nn.Module):
         self.norm_first = norm_first
 
     def forward(
-        self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, Any]]
+        self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, Any]], fused: bool = False
     ) -> tuple[torch.Tensor, Any]:
         if self.norm_first:
-            out, extra = sublayer(self.norm(x))
+            out, extra = sublayer(self.norm(x, fused))
             return x + self.dropout(out), extra
         out, extra = sublayer(x)
-        return add_and_norm(x, self.dropout(out), self.norm.weight, self.norm.bias, self.norm.eps), extra
+        return self.norm(x + self.dropout(out), fused), extra  # add_and_norm(x, dropout(out), ...)
 
 
 def _check_compatible(
@@ -142,8 +143,9 @@ class EncoderLayer(nn.Module):
         self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Returns the output, or ``(output, weights)`` with ``need_weights=True``."""
-        x, weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, mask, need_weights))
-        x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
+        fused = not need_weights  # no weights asked for: the fused kernels
+        x, weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, mask, need_weights), fused)
+        x, _ = self.ff_block(x, lambda h: (self.ff(h), None), fused)
         return (x, weights) if need_weights else x
 
     def load_torch_(self, layer: nn.TransformerEncoderLayer) -> EncoderLayer:
@@ -189,11 +191,12 @@ class DecoderLayer(nn.Module):
         need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, DecoderLayerWeights]:
         """Returns the output, or ``(output, weights)`` with ``need_weights=True``."""
-        x, self_weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, self_mask, need_weights))
+        fused = not need_weights  # no weights asked for: the fused kernels
+        x, self_weights = self.self_attn_block(x, lambda h: self.self_attn(h, h, h, self_mask, need_weights), fused)
         x, cross_weights = self.cross_attn_block(
-            x, lambda h: self.cross_attn(h, memory, memory, memory_mask, need_weights)
+            x, lambda h: self.cross_attn(h, memory, memory, memory_mask, need_weights), fused
         )
-        x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
+        x, _ = self.ff_block(x, lambda h: (self.ff(h), None), fused)
         return (x, DecoderLayerWeights(self_weights, cross_weights)) if need_weights else x
 
     def step(
@@ -221,11 +224,14 @@ class DecoderLayer(nn.Module):
             cache["k"], cache["v"] = k, v
             return self.self_attn.attend(h, k, v, need_weights=need_weights)  # causal: only the past is cached
 
-        x, self_weights = self.self_attn_block(x, self_attend)
+        fused = not need_weights  # no weights asked for: the fused kernels
+        x, self_weights = self.self_attn_block(x, self_attend, fused)
         x, cross_weights = self.cross_attn_block(
-            x, lambda h: self.cross_attn.attend(h, cache["memory_k"], cache["memory_v"], memory_mask, need_weights)
+            x,
+            lambda h: self.cross_attn.attend(h, cache["memory_k"], cache["memory_v"], memory_mask, need_weights),
+            fused,
         )
-        x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
+        x, _ = self.ff_block(x, lambda h: (self.ff(h), None), fused)
         return (x, DecoderLayerWeights(self_weights, cross_weights)) if need_weights else x
 
     def load_torch_(self, layer: nn.TransformerDecoderLayer) -> DecoderLayer:
@@ -320,7 +326,7 @@ class Transformer(nn.Module):
                 weights.append(w)
             else:
                 x = layer(x, key_mask)  # the fused attention path: no weights formed
-        memory = self.encoder_norm(x)
+        memory = self.encoder_norm(x, fused=not need_weights)
         return (memory, weights) if need_weights else memory
 
     def decode(
@@ -352,7 +358,7 @@ class Transformer(nn.Module):
                 weights.append(w)
             else:
                 x = layer(x, memory, self_mask, memory_mask)
-        out = self.decoder_norm(x)
+        out = self.decoder_norm(x, fused=not need_weights)
         return (out, weights) if need_weights else out
 
     def start_cache(self, memory: torch.Tensor) -> list[dict]:
@@ -391,7 +397,7 @@ class Transformer(nn.Module):
                 weights.append(w)
             else:
                 x = cast(torch.Tensor, layer.step(x, cache, memory_mask))
-        out = self.decoder_norm(x)
+        out = self.decoder_norm(x, fused=not need_weights)
         return (out, weights) if need_weights else out
 
     def forward(

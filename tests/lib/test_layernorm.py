@@ -193,3 +193,20 @@ def test_module_starts_as_the_identity_normalisation():
     x = torch.randn(4, 5)
     torch.testing.assert_close(ours(x), ref(x))
     assert torch.equal(ours.weight.detach(), torch.ones(5)) and torch.equal(ours.bias.detach(), torch.zeros(5))
+
+
+def test_the_fused_norm_gives_the_readable_norms_output_and_gradients():
+    torch.manual_seed(0)
+    ours = LayerNorm(8, eps=1e-3)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5), ours.bias.uniform_(-1, 1)
+    x = torch.randn(3, 5, 8) * 4 + 2
+    grads = {}
+    for fused in (False, True):
+        ours.zero_grad()
+        xi = x.clone().requires_grad_(True)
+        out = ours(xi, fused=fused)
+        (out * torch.linspace(-1, 1, 8)).sum().backward()
+        grads[fused] = (out.detach(), xi.grad, ours.weight.grad.clone(), ours.bias.grad.clone())
+    for readable, fused in zip(grads[False], grads[True], strict=True):
+        torch.testing.assert_close(fused, readable)

@@ -2,13 +2,14 @@
 
 import datetime
 import itertools
+import random
 import zlib
 from collections import Counter
 
 import pytest
 import torch
 
-from course_lib.tasks import BOS, EOS, MIN_SPLIT_SOURCES, PAD, SPLITS, TASKS, get_task
+from course_lib.tasks import BOS, EOS, MIN_SPLIT_SOURCES, PAD, SPLITS, TASKS, SequenceTask, get_task
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -131,3 +132,10 @@ def test_split_is_assigned_by_a_stable_hash_of_the_source():
         if len(src) == 1:  # in every split
             continue
         assert zlib.crc32("\x1f".join(src).encode()) % 10 in SPLITS["test"]
+
+
+def test_sequence_sources_are_drawn_as_randrange_draws_them_so_seeds_keep_their_data():
+    task = SequenceTask("reverse", vocab_size=10, min_len=1, max_len=16)
+    ours, theirs = random.Random(7), random.Random(7)
+    for length in (1, 5, 16):
+        assert task._source(ours, length) == [str(theirs.randrange(10)) for _ in range(length)]
