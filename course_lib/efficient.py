@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_mask, check_positive_int, check_shapes
+from ._validation import check_mask, check_positive_int, check_shapes
 from .softmax import _masked_softmax, softmax
 
 __all__ = ["tiled_attention", "sliding_window_mask", "sliding_window_attention", "cached_attention_step"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_positive_int, check_shapes
+from ._validation import check_positive_int, check_shapes
 
 __all__ = ["layer_norm", "add_and_norm", "LayerNorm"]
 

@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_shapes
+from ._validation import check_shapes
 from .positional import SinusoidalPositionalEncoding
 from .seq2seq import Seq2SeqAttention
 from .tasks import PAD

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_mask, check_positive_int, check_shapes
+from ._validation import check_mask, check_positive_int, check_shapes
 from .attention import scaled_dot_product_attention
 
 __all__ = [

@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ._checks import check_mask, check_positive_int, check_shapes
+from ._validation import check_mask, check_positive_int, check_shapes
 from .pooling import attention_pool, local_attention_weights
 from .scores import additive_score_projected, dot_score, multiplicative_score
 from .softmax import _masked_softmax

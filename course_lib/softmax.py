@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_mask, check_shapes
+from ._validation import check_mask, check_shapes
 
 __all__ = ["softmax", "masked_softmax"]
 

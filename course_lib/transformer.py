@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_mask, check_positive_int, check_shapes
+from ._validation import check_mask, check_positive_int, check_shapes
 from .feedforward import PositionwiseFeedForward
 from .layernorm import LayerNorm, add_and_norm
 from .masks import causal_mask

@@ -189,7 +189,7 @@ def _cmd_feedback(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import ReportError, write_report
+    from .class_report import ReportError, write_report
 
     try:
         result = write_report(

@@ -1,4 +1,4 @@
-"""Small helpers shared by the exercise definitions."""
+"""Small helpers shared by the rubrics (the exercise definitions of each chapter)."""
 
 from __future__ import annotations
 
