@@ -90,7 +90,7 @@ def tiled_attention(
     return acc / denom.masked_fill(denom == 0, 1.0)  # fully masked row: 0 / 1 = 0
 
 
-def _check_window(fn: str, window) -> int:
+def _check_window(fn: str, window: object) -> int:
     if isinstance(window, bool) or not isinstance(window, int):
         raise TypeError(f"{fn}: argument 'window' must be an int, got {type(window).__name__}")
     if window < 0:

@@ -64,7 +64,7 @@ _OLD_BLOCK_NAMES = {
 }
 
 
-def _rename_old_block_keys(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+def _rename_old_block_keys(module: nn.Module, state_dict: dict[str, torch.Tensor], prefix: str, *args: object) -> None:
     """A load_state_dict pre-hook: rename ``{prefix}block1.*`` and the like to the role names."""
     renames = _OLD_BLOCK_NAMES[type(module).__name__]
     for key in [k for k in state_dict if k.startswith(prefix)]:

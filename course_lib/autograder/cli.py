@@ -14,8 +14,12 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..grading.run import CALL_TIME_LIMIT
+
+if TYPE_CHECKING:
+    from .deadlines import LatePolicy
 
 #: The --sandbox option's help, shared by ``grade`` and ``check``.
 _SANDBOX_HELP = (
@@ -141,7 +145,7 @@ def _add_late_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _late_options(args: argparse.Namespace):
+def _late_options(args: argparse.Namespace) -> tuple[LatePolicy | None, dict[tuple[str, str], str] | None]:
     """The run's late policy and submission times from ``--deadline``, ``--late-penalty``,
     ``--no-deadline`` and ``--timestamps`` (a ValueError names the argument at fault)."""
     from .deadlines import LatePolicy, read_timestamps

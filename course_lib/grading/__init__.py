@@ -32,6 +32,7 @@ The modules, from the data to the words:
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 from .exercise_spec import Exercise, run_calls
@@ -113,7 +114,9 @@ class when_implemented:
     def __enter__(self) -> when_implemented:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         if exc_type is not None and issubclass(exc_type, NotImplementedError):
             print("Not implemented yet: finish the function(s) above, then run this cell again.")
             return True
