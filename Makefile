@@ -91,7 +91,7 @@ fmt: $(STAMP)
 bench: $(STAMP) sysdeps
 	$(BIN)/python benchmarks/attention_vs_torch.py
 	$(BIN)/python benchmarks/models.py
-	$(BIN)/python -m course_lib.memory
+	$(BIN)/python -m course_lib.memory_probe
 	$(BIN)/python benchmarks/grading.py
 	$(BIN)/python benchmarks/report.py
 

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'function':<32}{'case':<36}{'largest difference':>20}{'atol/rtol':>14}")
     failures = 0
     for assignment in TABLE:
-        module = importlib.import_module(f"course_lib.grading.exercises.{assignment.module}")
+        module = importlib.import_module(f"course_lib.grading.rubrics.{assignment.module}")
         for exercise in module.EXERCISES:
             for case in exercise.make_cases():
                 for call in case.calls:

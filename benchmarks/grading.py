@@ -119,9 +119,9 @@ def where_the_time_goes(assignment: str, sandbox: str) -> None:
     graded calls (over the signed channel, one function's together), and judging in the grading process
     (comparisons, named mistakes)."""
     from course_lib.autograder.autograde import grade_submission, make_job
-    from course_lib.autograder.demos import skip_demos
     from course_lib.autograder.notebook import code_cells
     from course_lib.autograder.sandbox.runner import Limits, Runner
+    from course_lib.autograder.skip_demos import skip_demos
     from course_lib.grading.forbidden import NotebookScan
     from course_lib.grading.judging import judge
     from course_lib.grading.registry import exercises_of

@@ -1,6 +1,6 @@
 """course_lib: reference implementations and grading tools for *Attention and Transformers, from Scratch*.
 
-Modules mirror the book's chapters:
+The library modules mirror the book's chapters:
 
 - :mod:`course_lib.scores`, :mod:`course_lib.pooling`, :mod:`course_lib.seq2seq`: seq2seq with attention
 - :mod:`course_lib.softmax`, :mod:`course_lib.attention`: self-attention
@@ -9,7 +9,18 @@ Modules mirror the book's chapters:
 - :mod:`course_lib.layernorm`: LayerNorm
 - :mod:`course_lib.masks`, :mod:`course_lib.feedforward`, :mod:`course_lib.losses`,
   :mod:`course_lib.transformer`: the transformer
-- :mod:`course_lib.efficient`: efficient attention (tiled, sliding-window, one KV-cache step)
+- :mod:`course_lib.efficient`: efficient attention (tiled, sliding-window, one KV-cache step);
+  :mod:`course_lib.memory_probe` measures tiled attention's peak memory (``python -m``)
+
+Around them:
+
+- :mod:`course_lib.assignments`: the graded API in one table (each assignment, its functions)
+- :mod:`course_lib._validation`: the argument checks every graded function runs first
+- :mod:`course_lib.tasks`, :mod:`course_lib.models`, :mod:`course_lib.training`,
+  :mod:`course_lib.decoding`: toy tasks, whole models, training and checkpoints, decoding
+- :mod:`course_lib.cli`: the ``course-lib`` command line
+- :mod:`course_lib.grading`: the student's side, what notebooks import (``check``)
+- :mod:`course_lib.autograder`: the instructor's side (assign, grade, export, class report)
 
 Conventions: batch-first; boolean masks with ``True`` = may attend; weight matrices
 multiply from the right (``x @ W``); attention functions return ``(output, weights)``.

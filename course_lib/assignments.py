@@ -4,7 +4,7 @@ Everything else derives from :data:`TABLE`: ``course_lib.GRADED_FUNCTIONS``, the
 registry (:mod:`course_lib.grading.registry`), the autograder's columns and the tests. An
 assignment is one exercise notebook, named as in ``exercises/`` and ``solutions/``; its
 exercises (cases, named mistakes, feedback) are the list ``EXERCISES`` of the module
-``course_lib.grading.exercises.<module>``, one :class:`~course_lib.grading.Exercise` per
+``course_lib.grading.rubrics.<module>``, one :class:`~course_lib.grading.Exercise` per
 function, in the same order.
 """
 
@@ -19,7 +19,7 @@ class Assignment(NamedTuple):
     """One exercise notebook and what it grades."""
 
     slug: str  #: the notebook's file name without ``.ipynb``, e.g. ``02_self_attention``
-    module: str  #: the module under ``course_lib.grading.exercises`` that defines its exercises
+    module: str  #: the module under ``course_lib.grading.rubrics`` that defines its exercises
     functions: tuple[str, ...]  #: the graded functions, in notebook order
 
 

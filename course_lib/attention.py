@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_mask, check_shapes
+from ._validation import check_mask, check_shapes
 from .softmax import _masked_softmax
 
 __all__ = ["scaled_dot_product_attention", "self_attention"]

@@ -11,8 +11,9 @@ Subcommands for instructors (:mod:`course_lib.autograder.cli`):
     assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
     grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
     check     grade one notebook locally, with the same checks, and print the feedback
-    export    write the gradebook as a CSV or as Gradescope results.json files
+    export    write the gradebook as a CSV, a Canvas gradebook import, a wide table, or Gradescope results.json files
     feedback  write a feedback report per student (Markdown or HTML)
+    report    the class report: scores, mistakes, items, look-alike submissions, answers (HTML site or Markdown)
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 import torch
 
-from ._checks import check_positive_int
+from ._validation import check_positive_int
 from .tasks import BOS, EOS, PAD
 
 __all__ = ["Decodable", "greedy_decode", "beam_search"]

@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_mask, check_positive_int, check_shapes
+from ._validation import check_mask, check_positive_int, check_shapes
 from .softmax import _masked_softmax, softmax
 
 __all__ = ["tiled_attention", "sliding_window_mask", "sliding_window_attention", "cached_attention_step"]
@@ -90,7 +90,7 @@ def tiled_attention(
     return acc / denom.masked_fill(denom == 0, 1.0)  # fully masked row: 0 / 1 = 0
 
 
-def _check_window(fn: str, window) -> int:
+def _check_window(fn: str, window: object) -> int:
     if isinstance(window, bool) or not isinstance(window, int):
         raise TypeError(f"{fn}: argument 'window' must be an int, got {type(window).__name__}")
     if window < 0:

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_positive_int, check_shapes
+from ._validation import check_positive_int, check_shapes
 
 __all__ = ["position_wise_feed_forward", "PositionwiseFeedForward"]
 

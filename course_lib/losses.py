@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_shapes
+from ._validation import check_shapes
 
 __all__ = ["label_smoothing_loss"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_positive_int, check_shapes
+from ._validation import check_positive_int, check_shapes
 
 __all__ = ["padding_mask", "causal_mask"]
 

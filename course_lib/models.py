@@ -15,17 +15,18 @@ or ``"luong"``.
 from __future__ import annotations
 
 import math
+from typing import Any, TypeAlias
 
 import torch
 import torch.nn as nn
 
-from ._checks import check_shapes
+from ._validation import check_shapes
 from .positional import SinusoidalPositionalEncoding
 from .seq2seq import Seq2SeqAttention
 from .tasks import PAD
 from .transformer import Transformer, TransformerWeights
 
-__all__ = ["TransformerSeq2Seq", "build_model", "MODELS"]
+__all__ = ["TransformerSeq2Seq", "Seq2SeqModel", "build_model", "MODELS"]
 
 
 class TransformerSeq2Seq(nn.Module):
@@ -123,10 +124,13 @@ class TransformerSeq2Seq(nn.Module):
 
 
 MODELS = ("transformer", "bahdanau", "luong")
+#: A model :func:`build_model` builds: a module that :mod:`course_lib.decoding` can decode.
+Seq2SeqModel: TypeAlias = TransformerSeq2Seq | Seq2SeqAttention
 
 
-def build_model(name: str, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -> nn.Module:
-    """Build ``transformer``, ``bahdanau`` or ``luong`` with the given vocabulary sizes."""
+def build_model(name: str, src_vocab_size: int, tgt_vocab_size: int, **kwargs: Any) -> Seq2SeqModel:
+    """Build ``transformer``, ``bahdanau`` or ``luong`` with the given vocabulary sizes; ``kwargs``
+    go to the model's constructor (:class:`TransformerSeq2Seq` or :class:`~course_lib.seq2seq.Seq2SeqAttention`)."""
     if name == "transformer":
         return TransformerSeq2Seq(src_vocab_size, tgt_vocab_size, **kwargs)
     if name in ("bahdanau", "luong"):

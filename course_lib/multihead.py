@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_mask, check_positive_int, check_shapes
+from ._validation import check_mask, check_positive_int, check_shapes
 from .attention import scaled_dot_product_attention
 
 __all__ = [
@@ -134,7 +134,9 @@ def fused_attention(
     return out.masked_fill(~live, 0.0)
 
 
-def _attend(q, k, v, mask, dropout_p: float, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float, need_weights: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The attention step on per-head tensors: the readable path with its weights, or the fused one."""
     if need_weights:
         return scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)  # (N, H, L, D), (N, H, L, S)
@@ -297,7 +299,14 @@ class MultiHeadAttention(nn.Module):
             self.register_parameter(f"W_{n}", nn.Parameter(W))
             self.register_parameter(f"b_{n}", nn.Parameter(torch.zeros(embed_dim)) if bias else None)
 
-    def forward(self, query, key, value, mask=None, need_weights: bool = True):
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns ``(output, weights)``; the weights are ``None`` with ``need_weights=False``
         (the fused path, :func:`fused_attention`). See the class docstring for shapes."""
         return multi_head_attention(
@@ -330,7 +339,12 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def attend(
-        self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None, need_weights: bool = True
+        self,
+        query: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of new queries over already projected keys and values (from :meth:`project_kv`).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_mask, check_shapes
+from ._validation import check_mask, check_shapes
 from .softmax import _masked_softmax
 
 __all__ = ["attention_pool", "local_attention_weights"]

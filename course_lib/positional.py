@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_positive_int, check_shapes
+from ._validation import check_positive_int, check_shapes
 
 __all__ = ["sinusoidal_positional_encoding", "relative_position_matrix", "SinusoidalPositionalEncoding"]
 

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ._checks import check_shapes
+from ._validation import check_shapes
 
 __all__ = [
     "dot_score",

@@ -33,12 +33,13 @@ window half-width, :math:`S` the source length.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ._checks import check_mask, check_positive_int, check_shapes
+from ._validation import check_mask, check_positive_int, check_shapes
 from .pooling import attention_pool, local_attention_weights
 from .scores import additive_score_projected, dot_score, multiplicative_score
 from .softmax import _masked_softmax
@@ -48,6 +49,9 @@ __all__ = ["Seq2SeqAttention"]
 _SCORES = {"bahdanau": ("additive",), "luong": ("dot", "general", "concat")}
 _DEFAULT_SCORE = {"bahdanau": "additive", "luong": "general"}
 _LOCAL = (None, "monotonic", "predictive")
+
+#: The decoder's state between steps: :math:`s_{t-1}` (Bahdanau), or :math:`(h_t, \tilde h_t)` (Luong).
+DecoderState: TypeAlias = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -162,7 +166,7 @@ class Seq2SeqAttention(nn.Module):
                 self.v_p = nn.Linear(H, 1, bias=False)
 
     # -- encoder -------------------------------------------------------------------------
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None):
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> tuple[EncodedSource, DecoderState]:
         """Encode a batch of source sequences (padding anywhere after the real tokens).
 
         Returns:
@@ -202,8 +206,9 @@ class Seq2SeqAttention(nn.Module):
             return multiplicative_score(h, enc.memory, self.W)  # (N, S)
         return dot_score(h, enc.memory)  # (N, S)
 
-    def _attend(self, h: torch.Tensor, enc: EncodedSource, t: int):
+    def _attend(self, h: torch.Tensor, enc: EncodedSource, t: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.fixed_context:  # the same summary at every step; nothing is scored
+            assert enc.summary is not None
             return enc.summary, torch.zeros(enc.mask.shape, dtype=h.dtype, device=h.device)
         assert enc.memory is not None
         scores = self._scores(h, enc)  # (N, S)
@@ -224,7 +229,9 @@ class Seq2SeqAttention(nn.Module):
         context = (weights.unsqueeze(1) @ enc.memory).squeeze(1)  # (N, 1, S) @ (N, S, d_h) -> (N, d_h)
         return context, weights
 
-    def step(self, y_prev: torch.Tensor, state, enc: EncodedSource, t: int = 0):
+    def step(
+        self, y_prev: torch.Tensor, state: DecoderState, enc: EncodedSource, t: int = 0
+    ) -> tuple[torch.Tensor, DecoderState, torch.Tensor]:
         """One decoder step from the previous target token ``y_prev`` (N,).
 
         Returns:
@@ -232,6 +239,7 @@ class Seq2SeqAttention(nn.Module):
         """
         e = self.dropout(self.tgt_embed(y_prev))  # (N, E)
         if self.attention == "bahdanau":
+            assert isinstance(state, torch.Tensor)  # s_{t-1}
             context, weights = self._attend(state, enc, t)  # score s_{t-1}
             s = self.cell(torch.cat([e, context], -1), state)  # (N, d_h)
             return self.out(self.dropout(torch.cat([s, context, e], -1))), s, weights
@@ -242,7 +250,9 @@ class Seq2SeqAttention(nn.Module):
         return self.out(self.dropout(h_tilde)), (h, h_tilde), weights
 
     # -- whole sequences -----------------------------------------------------------------
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor | None = None):
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced decoding of ``tgt_in``; returns ``(logits, weights)``."""
         check_shapes("Seq2SeqAttention.forward", floating=False, src=(src, "N S"), tgt_in=(tgt_in, "N T"))
         enc, state = self.encode(src, src_mask)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
-from ._checks import check_mask, check_shapes
+from ._validation import check_mask, check_shapes
 
 __all__ = ["softmax", "masked_softmax"]
 
@@ -37,6 +39,17 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return _Softmax.apply(x, dim)
 
 
+class _SoftmaxContext(Protocol):
+    """What :class:`_Softmax`'s forward keeps for its backward: the output, and ``dim``."""
+
+    dim: int
+
+    @property
+    def saved_tensors(self) -> tuple[torch.Tensor, ...]: ...
+
+    def save_for_backward(self, *tensors: torch.Tensor) -> None: ...
+
+
 class _Softmax(torch.autograd.Function):
     """Softmax with its backward written out (the Jacobian-vector product).
 
@@ -45,7 +58,7 @@ class _Softmax(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, dim: int) -> torch.Tensor:
+    def forward(ctx: _SoftmaxContext, x: torch.Tensor, dim: int) -> torch.Tensor:
         m = x.amax(dim=dim, keepdim=True)  # the max does not change the result
         m.masked_fill_(~torch.isfinite(m), 0.0)  # all -inf slice: avoid (-inf) - (-inf) = NaN
         y = torch.sub(x, m).exp_()  # every exponent <= 0: no overflow
@@ -57,7 +70,7 @@ class _Softmax(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx, grad_y: torch.Tensor):
+    def backward(ctx: _SoftmaxContext, grad_y: torch.Tensor) -> tuple[torch.Tensor, None]:
         # dy_i / dx_j = y_i (delta_ij - y_j), so grad_x = y * (grad_y - <grad_y, y>).
         (y,) = ctx.saved_tensors
         grad_x = grad_y * y

@@ -20,6 +20,7 @@ import functools
 import itertools
 import random
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +53,7 @@ class Vocab:
     symbols: tuple[str, ...]
 
     @classmethod
-    def from_symbols(cls, symbols) -> Vocab:
+    def from_symbols(cls, symbols: Iterable[str]) -> Vocab:
         return cls(SPECIALS + tuple(symbols))
 
     def __len__(self) -> int:
@@ -69,7 +70,7 @@ class Vocab:
             raise ValueError(f"symbols {unknown} are not in the vocabulary {list(self.symbols[3:])}")
         return [index[s] for s in symbols]
 
-    def decode(self, ids) -> list[str]:
+    def decode(self, ids: Iterable[int] | torch.Tensor) -> list[str]:
         """Symbols up to the first ``<eos>``, skipping ``<pad>`` and ``<bos>``."""
         out = []
         for i in (int(i) for i in ids):
@@ -121,7 +122,7 @@ class Task:
             if _split_of(src) == split:
                 return src, tgt
 
-    def stream(self, split: str, seed: int, length_power: float = 0.0):
+    def stream(self, split: str, seed: int, length_power: float = 0.0) -> Iterator[tuple[list[str], list[str]]]:
         """An endless iterator of examples of one split, the same for the same seed.
 
         ``length_power`` (training only, sequence tasks): draw a source of length L with
@@ -137,7 +138,7 @@ class Task:
         """``n`` examples of one split, the same for the same seed."""
         return list(itertools.islice(self.stream(split, seed), n))
 
-    def batch(self, examples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def batch(self, examples: Sequence[tuple[list[str], list[str]]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pad a list of examples into ``(src, tgt_in, tgt_out)`` id tensors.
 
         The source ends with ``<eos>`` too: a marker at the end of the real tokens lets
@@ -286,7 +287,7 @@ class DatesTask(Task):
 TASKS = ("reverse", "copy", "sort", "dates")
 
 
-def get_task(name: str, **kwargs) -> Task:
+def get_task(name: str, **kwargs: int) -> Task:
     """Build a task by name: ``reverse``, ``copy``, ``sort`` (kwargs as :class:`SequenceTask`) or ``dates``."""
     if name == "dates":
         return DatesTask()

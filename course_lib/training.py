@@ -11,13 +11,14 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm  # the text bar: tqdm.auto needs ipywidgets in notebooks
 
 from .decoding import greedy_decode
 from .losses import label_smoothing_loss
-from .models import MODELS, build_model
+from .models import MODELS, Seq2SeqModel, build_model
 from .tasks import PAD, SequenceTask, Task, get_task
 
 __all__ = [
@@ -119,7 +120,7 @@ _DEFAULTS = {
 }
 
 
-def default_config(task: str, model: str, seed: int = 0, **overrides) -> TrainConfig:
+def default_config(task: str, model: str, seed: int = 0, **overrides: Any) -> TrainConfig:
     """The tuned configuration for ``model`` on ``task``, with ``overrides`` applied."""
     get_task(task)  # fail early on an unknown task
     if model not in MODELS:
@@ -144,7 +145,7 @@ def train(
     threads: int | None = None,
     cache_dir: str | Path | None = None,
     device: str | torch.device = "cpu",
-):
+) -> tuple[Seq2SeqModel, Task, dict[str, float]]:
     """Train a model; returns ``(model, task, metrics)`` and saves a checkpoint to ``out``.
 
     Adam with linear warm-up and cosine decay, label smoothing, gradient clipping. Data
@@ -217,7 +218,9 @@ def cache_key(config: TrainConfig, threads: int | None = None, device: str | tor
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
-def _load_cached(path: Path, config: TrainConfig, device: torch.device):
+def _load_cached(
+    path: Path, config: TrainConfig, device: torch.device
+) -> tuple[Seq2SeqModel, Task, dict[str, float]] | None:
     """``(model, task, metrics)`` from a cached run, or None when there is none (or it is unreadable)."""
     if not path.is_file():
         return None
@@ -230,7 +233,9 @@ def _load_cached(path: Path, config: TrainConfig, device: torch.device):
     return model, task, ckpt["metrics"]
 
 
-def _train(config: TrainConfig, out, progress: bool, device: torch.device):
+def _train(
+    config: TrainConfig, out: str | Path | None, progress: bool, device: torch.device
+) -> tuple[Seq2SeqModel, Task, dict[str, float]]:
     torch.manual_seed(config.seed)
     task = get_task(config.task, **config.task_kwargs)
     model = build_model(config.model, len(task.src_vocab), len(task.tgt_vocab), **config.model_kwargs)
@@ -274,7 +279,9 @@ def _train(config: TrainConfig, out, progress: bool, device: torch.device):
 
 
 @torch.no_grad()
-def evaluate(model, task: Task, n: int = 1000, seed: int = 0, split: str = "test", batch_size: int = 500) -> float:
+def evaluate(
+    model: Seq2SeqModel, task: Task, n: int = 1000, seed: int = 0, split: str = "test", batch_size: int = 500
+) -> float:
     """Exact-sequence accuracy of greedy decoding on ``n`` fresh examples of ``split`` (on the
     model's device)."""
     model.eval()
@@ -297,8 +304,8 @@ def benchmark(
     n: int = 1000,
     threads: int | None = None,
     device: str | torch.device = "cpu",
-    **overrides,
-) -> dict:
+    **overrides: Any,
+) -> dict[str, Any]:
     """Train the default recipe once and measure it: the numbers ``make bench`` prints.
 
     Trains ``default_config(task, model, seed, **overrides)`` from scratch (no cache) and
@@ -352,7 +359,9 @@ def benchmark(
     }
 
 
-def save_checkpoint(path, model, task: Task, config: TrainConfig, metrics: dict) -> None:
+def save_checkpoint(
+    path: str | Path, model: torch.nn.Module, task: Task, config: TrainConfig, metrics: dict[str, float]
+) -> None:
     """Save config, task settings, vocabularies, weights and metrics with :func:`torch.save`.
 
     The file is written under a temporary name in the same folder and then renamed, so a
@@ -379,7 +388,7 @@ def save_checkpoint(path, model, task: Task, config: TrainConfig, metrics: dict)
         raise
 
 
-def load_checkpoint(path, device: str | torch.device = "cpu"):
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2SeqModel, Task, dict[str, Any]]:
     """Rebuild ``(model, task, checkpoint)`` from :func:`save_checkpoint`'s file (safe: weights
     only), the model on ``device`` (:func:`resolve_device`) whichever device saved it."""
     device = resolve_device(device)

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_mask, check_positive_int, check_shapes
+from ._validation import check_mask, check_positive_int, check_shapes
 from .feedforward import PositionwiseFeedForward
 from .layernorm import LayerNorm
 from .masks import causal_mask
@@ -64,7 +64,7 @@ _OLD_BLOCK_NAMES = {
 }
 
 
-def _rename_old_block_keys(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+def _rename_old_block_keys(module: nn.Module, state_dict: dict[str, torch.Tensor], prefix: str, *args: object) -> None:
     """A load_state_dict pre-hook: rename ``{prefix}block1.*`` and the like to the role names."""
     renames = _OLD_BLOCK_NAMES[type(module).__name__]
     for key in [k for k in state_dict if k.startswith(prefix)]:

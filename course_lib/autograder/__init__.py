@@ -3,14 +3,19 @@ keep the gradebook, export it.
 
 - :mod:`.assign`: exercise notebooks from the solution notebooks
 - :mod:`.notebook`: reading a submitted notebook's bytes (size, UTF-8, JSON, nbformat)
+- :mod:`.skip_demos`: the ``with when_implemented():`` demo blocks that grading leaves out
 - :mod:`.autograde`: one submission -> one :class:`~.record.Record`
 - :mod:`.record`: the record (raw score, late penalty, final score) and its JSON
+- :mod:`.untrusted_text`: text from a submission made safe to store, show and export
 - :mod:`.config`: :class:`~.config.GradeConfig`, how a class is graded
 - :mod:`.batch`: a class's folder -> the gradebook: discover, skip, grade, record
 - :mod:`.backends`: where notebooks are graded: this process, :mod:`.pool` or :mod:`.cluster` (Dask)
 - :mod:`.deadlines`: late penalties and submission times
 - :mod:`.gradebook`: the SQLite gradebook
-- :mod:`.exports`: CSV, Gradescope results and feedback reports
+- :mod:`.identity`: who a student is (folder names, roster logins, LMS ids compared alike)
+- :mod:`.exports`: CSV, Canvas, a wide table, Gradescope results and feedback reports
+- :mod:`.lookalike`: look-alike submissions (winnowed fingerprints of the graded functions)
+- :mod:`.class_report`: the class report (scores, mistakes, items, look-alikes, answers)
 - :mod:`.sandbox`: running student code isolated, and the wire protocol to it
 - :mod:`.cli`: the instructor's ``course-lib`` subcommands
 

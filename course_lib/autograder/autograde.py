@@ -23,10 +23,10 @@ from ..grading.model import Outcome
 from ..grading.registry import ASSIGNMENTS, exercise, exercises_of
 from ..grading.report import Report
 from ..grading.standins import composed, static_callees
-from .demos import skip_demos
 from .notebook import NotebookError, code_cells, function_sources, think_answers
 from .record import Record, RecordStatus
-from .text import clean_record, student_message
+from .skip_demos import skip_demos
+from .untrusted_text import clean_record, student_message
 
 if TYPE_CHECKING:
     from .sandbox import RunResult
@@ -58,7 +58,7 @@ def sha256(data: bytes) -> str:
 #: it imports) is missing here.
 REFERENCE_MODULES = (
     "assignments.py",  # which functions each assignment grades
-    "_checks.py",
+    "_validation.py",
     "scores.py",
     "pooling.py",
     "softmax.py",

@@ -13,8 +13,42 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..grading.run import CALL_TIME_LIMIT
+
+if TYPE_CHECKING:
+    from .deadlines import LatePolicy
+
+#: The --sandbox option's help, shared by ``grade`` and ``check``.
+_SANDBOX_HELP = (
+    "isolation of student code: auto = the strongest this machine has (bubblewrap, else Linux "
+    "namespaces), required = refuse without one of them, off = a fresh process with limits only"
+)
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Add the instructor's subcommands to the ``course-lib`` parser, in the order ``--help`` lists them."""
+    for add in (add_assign, add_grade, add_check, add_export, add_feedback, add_report):
+        add(sub)
+
+
+def _require_gradebook(db: str, verb: str) -> bool:
+    """Whether the gradebook file ``db`` exists; if not, say so on stderr for ``course-lib <verb>``."""
+    if Path(db).is_file():
+        return True
+    print(f"course-lib {verb}: no gradebook at {db}", file=sys.stderr)
+    return False
+
+
+def add_assign(sub: argparse._SubParsersAction) -> None:
+    """``course-lib assign``: the student notebooks from the solution notebooks."""
+    p = sub.add_parser("assign", help="write exercises/ (student notebooks) from solutions/")
+    p.add_argument("--source", default="solutions", help="folder of solution notebooks (default: solutions)")
+    p.add_argument("--out", default="exercises", help="folder for student notebooks (default: exercises)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any student notebook is out of date")
+    p.set_defaults(func=_cmd_assign)
 
 
 def _cmd_assign(args: argparse.Namespace) -> int:
@@ -36,7 +70,82 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     return 0
 
 
-def _late_options(args: argparse.Namespace):
+def add_grade(sub: argparse._SubParsersAction) -> None:
+    """``course-lib grade``: a class's notebooks into the gradebook."""
+    p = sub.add_parser("grade", help="grade SUBMISSIONS/<student>/<NN_slug>.ipynb into a SQLite gradebook")
+    p.add_argument("submissions", help="folder with one subfolder per student")
+    p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
+    p.add_argument("--jobs", type=int, default=2, help="grading processes: submissions graded at once (default: 2)")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="grade on the workers of this Dask scheduler (tcp://HOST:8786; start each worker with "
+        "'dask worker ADDRESS --nthreads 1'); this process still writes the gradebook; --jobs is then unused",
+    )
+    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=_SANDBOX_HELP)
+    p.add_argument("--force", action="store_true", help="regrade everything, even unchanged notebooks")
+    p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="draw every test input anew from this seed (recorded per submission), so no output can be "
+        "looked up from the self-check; default: the self-check's inputs",
+    )
+    _add_limit_options(p)
+    _add_late_options(p)
+    p.set_defaults(func=_cmd_grade)
+
+
+def _add_limit_options(p: argparse.ArgumentParser) -> None:
+    """``grade``'s time and memory limits (a :class:`~.sandbox.Limits`)."""
+    p.add_argument(
+        "--call-seconds",
+        type=float,
+        default=CALL_TIME_LIMIT,
+        help=f"CPU time per call of a function (default: {CALL_TIME_LIMIT:g})",
+    )
+    p.add_argument(
+        "--submission-seconds",
+        type=float,
+        default=60.0,
+        help="wall-clock time for a whole notebook, cells and calls (default: 60)",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=1024,
+        help="memory for all of a submission's processes together (default: 1024)",
+    )
+
+
+def _add_late_options(p: argparse.ArgumentParser) -> None:
+    """``grade``'s deadline, late penalty and submission times (read by :func:`_late_options`)."""
+    p.add_argument(
+        "--deadline",
+        default=None,
+        help="ISO 8601 time with a timezone (2026-11-23T23:59:00+01:00); with --late-penalty, stored in the "
+        "gradebook for the assignments of this run and kept by later runs",
+    )
+    p.add_argument(
+        "--late-penalty",
+        default=None,
+        metavar="RATE%/day[,max=CAP%]",
+        help="penalty per started day after the deadline, a fraction of the raw score, at most CAP "
+        "(default 100%%), e.g. 10%%/day,max=50%%; a rerun with other values updates the penalties "
+        "without regrading",
+    )
+    p.add_argument("--no-deadline", action="store_true", help="remove the stored deadline of this run's assignments")
+    p.add_argument(
+        "--timestamps",
+        default=None,
+        help="CSV with columns student, assignment, submitted_at (ISO time with a timezone); a submission "
+        "without a time is on time (the summary counts them)",
+    )
+
+
+def _late_options(args: argparse.Namespace) -> tuple[LatePolicy | None, dict[tuple[str, str], str] | None]:
     """The run's late policy and submission times from ``--deadline``, ``--late-penalty``,
     ``--no-deadline`` and ``--timestamps`` (a ValueError names the argument at fault)."""
     from .deadlines import LatePolicy, read_timestamps
@@ -97,9 +206,16 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     return 1 if summary.failed else 0  # some submissions could not be graded (the summary says why)
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def add_check(sub: argparse._SubParsersAction) -> None:
+    """``course-lib check``: one notebook graded locally, its feedback printed."""
+    p = sub.add_parser("check", help="grade one notebook locally and print the feedback")
+    p.add_argument("notebook")
+    p.add_argument("--assignment", default=None, help="default: from the file name, e.g. 02_self_attention")
+    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=_SANDBOX_HELP)
+    p.set_defaults(func=_cmd_check)
 
+
+def _cmd_check(args: argparse.Namespace) -> int:
     from ..grading.registry import ASSIGNMENTS
     from ..grading.report import Report
     from .autograde import grade_submission, refused_record
@@ -137,13 +253,32 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_export(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def add_export(sub: argparse._SubParsersAction) -> None:
+    """``course-lib export``: the gradebook as a CSV, a Canvas import, a wide table or Gradescope results."""
+    p = sub.add_parser(
+        "export",
+        help="write the gradebook as a CSV, a Canvas gradebook import, a wide table or Gradescope results.json",
+        description="csv: one row per student and assignment (raw score, late days, penalty, points per "
+        "function); canvas: a file for Canvas's gradebook import, one row per student of --roster; wide: one "
+        "row per student, one column per assignment; gradescope: OUT/<student>/<assignment>/results.json. "
+        "Students with submissions who are not in the roster are listed on stderr (exit status 0).",
+    )
+    p.add_argument("--db", default="gradebook.sqlite")
+    p.add_argument("--format", choices=("csv", "canvas", "wide", "gradescope"), default="csv")
+    p.add_argument("--out", required=True, help="CSV file, or folder for Gradescope results")
+    p.add_argument(
+        "--roster",
+        default=None,
+        help="canvas (required) or wide (optional): a Canvas gradebook export, or any CSV with a 'SIS Login "
+        "ID', 'login' or 'student' column; students are matched by that login",
+    )
+    p.set_defaults(func=_cmd_export)
 
+
+def _cmd_export(args: argparse.Namespace) -> int:
     from .exports import RosterError, export_canvas, export_csv, export_gradescope, export_wide
 
-    if not Path(args.db).is_file():
-        print(f"course-lib export: no gradebook at {args.db}", file=sys.stderr)
+    if not _require_gradebook(args.db, "export"):
         return 2
     if args.format == "canvas" and not args.roster:
         print("course-lib export: --format canvas needs --roster (a Canvas gradebook export)", file=sys.stderr)
@@ -175,21 +310,53 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_feedback(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def add_feedback(sub: argparse._SubParsersAction) -> None:
+    """``course-lib feedback``: one feedback report per student."""
+    p = sub.add_parser("feedback", help="write a feedback report per student")
+    p.add_argument("--db", default="gradebook.sqlite")
+    p.add_argument("--out", required=True, help="folder for the reports")
+    p.add_argument("--format", choices=("md", "html"), default="md")
+    p.set_defaults(func=_cmd_feedback)
 
+
+def _cmd_feedback(args: argparse.Namespace) -> int:
     from .exports import write_feedback
 
-    if not Path(args.db).is_file():
-        print(f"course-lib feedback: no gradebook at {args.db}", file=sys.stderr)
+    if not _require_gradebook(args.db, "feedback"):
         return 2
     n = write_feedback(args.db, args.out, fmt=args.format)
     print(f"wrote {n} feedback report(s) to {args.out}")
     return 0
 
 
+def add_report(sub: argparse._SubParsersAction) -> None:
+    """``course-lib report``: the class report, an HTML site or a Markdown summary."""
+    from .lookalike import THRESHOLD
+
+    p = sub.add_parser(
+        "report",
+        help="the class report: scores, mistakes, items, look-alike submissions and answers",
+        description="html: a static site OUT/index.html with one page per assignment, the figures and "
+        "OUT/data.json (no script, no external request); md: a summary on stdout. Look-alikes compare the "
+        "students' graded functions, leaving out the starter code (--exercises) and the solution's shared parts "
+        "(--solutions); the solution's code is never shown.",
+    )
+    p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
+    p.add_argument("--out", default=None, help="folder for the site (required for --format html)")
+    p.add_argument("--format", choices=("html", "md"), default="html")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help=f"smallest look-alike similarity reported, 0 to 1 (default: {THRESHOLD:g})",
+    )
+    p.add_argument("--exercises", default="exercises", help="folder of the exercise notebooks (default: exercises)")
+    p.add_argument("--solutions", default="solutions", help="folder of the solution notebooks (default: solutions)")
+    p.set_defaults(func=_cmd_report)
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import ReportError, write_report
+    from .class_report import ReportError, write_report
 
     try:
         result = write_report(
@@ -211,128 +378,3 @@ def _cmd_report(args: argparse.Namespace) -> int:
         f"wrote the class report to {args.out}/index.html ({len(result.data['assignments'])} assignment(s); {stages})"
     )
     return 0
-
-
-def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    """Add the instructor's subcommands to the ``course-lib`` parser."""
-    from .lookalike import THRESHOLD
-
-    p = sub.add_parser("assign", help="write exercises/ (student notebooks) from solutions/")
-    p.add_argument("--source", default="solutions", help="folder of solution notebooks (default: solutions)")
-    p.add_argument("--out", default="exercises", help="folder for student notebooks (default: exercises)")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any student notebook is out of date")
-    p.set_defaults(func=_cmd_assign)
-
-    sandbox_help = (
-        "isolation of student code: auto = the strongest this machine has (bubblewrap, else Linux "
-        "namespaces), required = refuse without one of them, off = a fresh process with limits only"
-    )
-    p = sub.add_parser("grade", help="grade SUBMISSIONS/<student>/<NN_slug>.ipynb into a SQLite gradebook")
-    p.add_argument("submissions", help="folder with one subfolder per student")
-    p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
-    p.add_argument("--jobs", type=int, default=2, help="grading processes: submissions graded at once (default: 2)")
-    p.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="grade on the workers of this Dask scheduler (tcp://HOST:8786; start each worker with "
-        "'dask worker ADDRESS --nthreads 1'); this process still writes the gradebook; --jobs is then unused",
-    )
-    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=sandbox_help)
-    p.add_argument("--force", action="store_true", help="regrade everything, even unchanged notebooks")
-    p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="draw every test input anew from this seed (recorded per submission), so no output can be "
-        "looked up from the self-check; default: the self-check's inputs",
-    )
-    p.add_argument(
-        "--call-seconds",
-        type=float,
-        default=CALL_TIME_LIMIT,
-        help=f"CPU time per call of a function (default: {CALL_TIME_LIMIT:g})",
-    )
-    p.add_argument(
-        "--submission-seconds",
-        type=float,
-        default=60.0,
-        help="wall-clock time for a whole notebook, cells and calls (default: 60)",
-    )
-    p.add_argument(
-        "--memory-mb",
-        type=int,
-        default=1024,
-        help="memory for all of a submission's processes together (default: 1024)",
-    )
-    p.add_argument(
-        "--deadline",
-        default=None,
-        help="ISO 8601 time with a timezone (2026-11-23T23:59:00+01:00); with --late-penalty, stored in the "
-        "gradebook for the assignments of this run and kept by later runs",
-    )
-    p.add_argument(
-        "--late-penalty",
-        default=None,
-        metavar="RATE%/day[,max=CAP%]",
-        help="penalty per started day after the deadline, a fraction of the raw score, at most CAP "
-        "(default 100%%), e.g. 10%%/day,max=50%%; a rerun with other values updates the penalties "
-        "without regrading",
-    )
-    p.add_argument("--no-deadline", action="store_true", help="remove the stored deadline of this run's assignments")
-    p.add_argument(
-        "--timestamps",
-        default=None,
-        help="CSV with columns student, assignment, submitted_at (ISO time with a timezone); a submission "
-        "without a time is on time (the summary counts them)",
-    )
-    p.set_defaults(func=_cmd_grade)
-    p = sub.add_parser("check", help="grade one notebook locally and print the feedback")
-    p.add_argument("notebook")
-    p.add_argument("--assignment", default=None, help="default: from the file name, e.g. 02_self_attention")
-    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto", help=sandbox_help)
-    p.set_defaults(func=_cmd_check)
-    p = sub.add_parser(
-        "export",
-        help="write the gradebook as a CSV, a Canvas gradebook import, a wide table or Gradescope results.json",
-        description="csv: one row per student and assignment (raw score, late days, penalty, points per "
-        "function); canvas: a file for Canvas's gradebook import, one row per student of --roster; wide: one "
-        "row per student, one column per assignment; gradescope: OUT/<student>/<assignment>/results.json. "
-        "Students with submissions who are not in the roster are listed on stderr (exit status 0).",
-    )
-    p.add_argument("--db", default="gradebook.sqlite")
-    p.add_argument("--format", choices=("csv", "canvas", "wide", "gradescope"), default="csv")
-    p.add_argument("--out", required=True, help="CSV file, or folder for Gradescope results")
-    p.add_argument(
-        "--roster",
-        default=None,
-        help="canvas (required) or wide (optional): a Canvas gradebook export, or any CSV with a 'SIS Login "
-        "ID', 'login' or 'student' column; students are matched by that login",
-    )
-    p.set_defaults(func=_cmd_export)
-    p = sub.add_parser("feedback", help="write a feedback report per student")
-    p.add_argument("--db", default="gradebook.sqlite")
-    p.add_argument("--out", required=True, help="folder for the reports")
-    p.add_argument("--format", choices=("md", "html"), default="md")
-    p.set_defaults(func=_cmd_feedback)
-    p = sub.add_parser(
-        "report",
-        help="the class report: scores, mistakes, items, look-alike submissions and answers",
-        description="html: a static site OUT/index.html with one page per assignment, the figures and "
-        "OUT/data.json (no script, no external request); md: a summary on stdout. Look-alikes compare the "
-        "students' graded functions, leaving out the starter code (--exercises) and the solution's shared parts "
-        "(--solutions); the solution's code is never shown.",
-    )
-    p.add_argument("--db", default="gradebook.sqlite", help="gradebook file (default: gradebook.sqlite)")
-    p.add_argument("--out", default=None, help="folder for the site (required for --format html)")
-    p.add_argument("--format", choices=("html", "md"), default="html")
-    p.add_argument(
-        "--threshold",
-        type=float,
-        default=None,
-        help=f"smallest look-alike similarity reported, 0 to 1 (default: {THRESHOLD:g})",
-    )
-    p.add_argument("--exercises", default="exercises", help="folder of the exercise notebooks (default: exercises)")
-    p.add_argument("--solutions", default="solutions", help="folder of the solution notebooks (default: solutions)")
-    p.set_defaults(func=_cmd_report)

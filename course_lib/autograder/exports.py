@@ -27,7 +27,7 @@ from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
 from .identity import identity
 from .record import Record
-from .text import csv_cell, markdown_escape, valid_utf8
+from .untrusted_text import csv_cell, markdown_escape, valid_utf8
 
 __all__ = [
     "export_csv",

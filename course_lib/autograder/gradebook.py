@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .record import Record
-from .text import valid_utf8
+from .untrusted_text import valid_utf8
 
 __all__ = ["Gradebook"]
 

@@ -10,11 +10,29 @@ In a notebook::
 the reference, recognises classic mistakes, and returns a :class:`Report` (shown as a
 table in a notebook). A wrong shape, an exception, a ``NaN`` or a wrong type is a failed
 test with feedback, never an error of the check itself.
+
+The modules, from the data to the words:
+
+- :mod:`.model`: calls, cases, named mistakes and outcomes; :mod:`.exercise_spec`: an
+  :class:`Exercise` (one graded function's cases, mistakes and forbidden calls)
+- :mod:`.rubrics`: the exercises of each assignment (``rubrics/chNN.py``, helpers in
+  ``rubrics/_common.py``); :mod:`.registry` looks them up from :mod:`course_lib.assignments`
+- :mod:`.run`: calling a student's function (fresh inputs, a time limit); :mod:`.seeding`:
+  fresh inputs from the instructor's seed
+- :mod:`.compare`: output against reference; :mod:`.judging`: outcomes to a :class:`Report`;
+  :mod:`.report`: the report and how it is shown; :mod:`.feedback`: its words
+- :mod:`.standins`: references standing in for a failing graded callee
+- forbidden calls: :mod:`.forbidden` (reading the code: rules, the one walker, the static and
+  the live environment, bytecode), :mod:`.opwatch` and :mod:`.oplists` (the operators a call
+  actually runs); what they read with: :mod:`.aliases`, :mod:`.graded_names`,
+  :mod:`.liveness`, :mod:`.ownership`, :mod:`.harmless`, :mod:`.livecode`, :mod:`.history`
+- :mod:`.parsing` (thread-safe ``ast.parse``), :mod:`.sourcecache` (a bounded cache by source)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 from .exercise_spec import Exercise, run_calls
@@ -96,7 +114,9 @@ class when_implemented:
     def __enter__(self) -> when_implemented:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         if exc_type is not None and issubclass(exc_type, NotImplementedError):
             print("Not implemented yet: finish the function(s) above, then run this cell again.")
             return True

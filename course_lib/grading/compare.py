@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .._checks import shape_str
+from .._validation import shape_str
 from .model import Case, Judge
 
 __all__ = ["compare", "default_judge"]

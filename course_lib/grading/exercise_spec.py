@@ -4,7 +4,7 @@ Its reference, the :class:`~course_lib.grading.model.Case` objects that test it,
 :class:`~course_lib.grading.model.Mistake` implementations that name what went wrong, and what
 is computed once from them: the cases under an instructor's seed (:mod:`.seeding`), the
 reference's outputs, each mistake's outputs. The exercises themselves are defined in
-``exercises/chNN.py``; :func:`run_calls` runs one on a student's function in this process.
+``rubrics/chNN.py``; :func:`run_calls` runs one on a student's function in this process.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .._checks import shape_str
+from .._validation import shape_str
 
 __all__ = [
     "ERROR_HINTS",

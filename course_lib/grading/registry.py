@@ -1,7 +1,7 @@
 """The exercises of each assignment, looked up from the one table in :mod:`course_lib.assignments`.
 
 An assignment is one exercise notebook, named as in ``exercises/`` (``02_self_attention``);
-its exercises live in the module the table names (``course_lib/grading/exercises/ch02.py``)
+its exercises live in the module the table names (``course_lib/grading/rubrics/ch02.py``)
 as a list ``EXERCISES``.
 """
 
@@ -14,7 +14,7 @@ from .exercise_spec import Exercise
 
 __all__ = ["ASSIGNMENTS", "assignment_of", "exercise", "exercises_of"]
 
-_MODULES = {a.slug: f"course_lib.grading.exercises.{a.module}" for a in TABLE}
+_MODULES = {a.slug: f"course_lib.grading.rubrics.{a.module}" for a in TABLE}
 _cache: dict[str, Exercise] = {}
 
 

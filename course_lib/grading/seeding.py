@@ -3,7 +3,7 @@
 The self-check in a notebook uses fixed seeds, so its inputs (and the reference's outputs) are
 public. When grading with ``course-lib grade --seed S`` every input is drawn from ``S``:
 
-- **random inputs** come from :func:`course_lib.grading.exercises._common.rng`, which mixes
+- **random inputs** come from :func:`course_lib.grading.rubrics._common.rng`, which mixes
   ``S`` into every generator's seed, so they are drawn anew;
 - **fixed and edge-case inputs** written out in the exercise (a 2 x 3 example, scores of
   magnitude 1e4, a row of -inf) keep their structure and character: every floating-point
@@ -13,7 +13,7 @@ public. When grading with ``course-lib grade --seed S`` every input is drawn fro
   as structure (``Exercise.structure_args``: positions, such as a window's centre), which keep
   their meaning;
 - **integer and structure inputs** (sequence lengths, widths, offsets, mask sizes, pad ids) are
-  drawn by the exercise itself with :func:`course_lib.grading.exercises._common.fresh_int`:
+  drawn by the exercise itself with :func:`course_lib.grading.rubrics._common.fresh_int`:
   the self-check's value without a seed, else another value from the range that keeps what
   the case tests (a single position stays one position, a width stays even).
 

@@ -722,7 +722,7 @@ def _hidden_values() -> tuple[set[str], set[str]]:
 def test_the_class_report_of_the_attack_class_reveals_no_hidden_input(graded, tmp_path):
     """The report shows what the records hold (feedback, sources, answers): no input value of any
     case, with or without the seed, in any page, in data.json or in the Markdown summary."""
-    from course_lib.autograder.report import write_report
+    from course_lib.autograder.class_report import write_report
 
     db = graded[2]
     site = write_report(db, tmp_path / "report", exercises=ROOT / "exercises", solutions=ROOT / "solutions")

@@ -43,7 +43,7 @@ def _edit(path: Path) -> None:
         "autograder/batch.py",
         "autograder/sandbox/runner.py",
         "autograder/sandbox/worker/student.py",
-        "memory.py",
+        "memory_probe.py",
         "training.py",
         "transformer.py",
         "../benchmarks/grading.py",
@@ -60,10 +60,10 @@ def test_editing_the_cli_the_autograder_a_model_or_a_benchmark_leaves_it_unchang
     [
         "attention.py",  # a reference implementation
         "softmax.py",  # one that another imports
-        "_checks.py",  # argument validation the references run
+        "_validation.py",  # argument validation the references run
         "assignments.py",  # which functions are graded
         "grading/judging.py",  # the judging
-        "grading/exercises/ch02.py",  # a check: cases, mistakes, feedback
+        "grading/rubrics/ch02.py",  # a check: cases, mistakes, feedback
         "grading/forbidden/walk.py",  # the forbidden-call walker
     ],
 )
@@ -73,7 +73,7 @@ def test_editing_a_reference_or_a_check_changes_it(package, relative):
 
 
 def test_a_new_file_among_the_checks_changes_it(package):
-    (package / "grading" / "exercises" / "ch08.py").write_text("EXERCISES = []\n")
+    (package / "grading" / "rubrics" / "ch08.py").write_text("EXERCISES = []\n")
     assert checker_version(package) != checker_version()
 
 

@@ -109,6 +109,14 @@ def test_export_refuses_a_canvas_export_without_roster_or_a_roster_without_login
     assert "'SIS Login ID', 'login' or 'student'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verb", ["export", "feedback"])
+def test_export_and_feedback_refuse_a_missing_gradebook_and_write_nothing(verb, tmp_path, capsys):
+    missing, out = tmp_path / "nothing.sqlite", tmp_path / "out"
+    assert main([verb, "--db", str(missing), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"course-lib {verb}: no gradebook at {missing}\n"
+    assert not out.exists() and not missing.exists()
+
+
 def test_a_late_record_shows_raw_score_penalty_and_final_in_csv_gradescope_and_feedback(book, tmp_path):
     export_csv(book, tmp_path / "grades.csv")
     with open(tmp_path / "grades.csv", newline="", encoding="utf-8") as f:

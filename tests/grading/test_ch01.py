@@ -1,4 +1,4 @@
-"""Specification of the chapter 1 exercises (``course_lib.grading.exercises.ch01``).
+"""Specification of the chapter 1 exercises (``course_lib.grading.rubrics.ch01``).
 
 Score functions, attention pooling and Luong's local weights: the references and other
 correct implementations score full marks, stubs score 0 as "not implemented", each classic
@@ -19,7 +19,7 @@ from conftest import assert_diagnosed, assert_full_marks
 import course_lib
 from course_lib.assignments import ASSIGNMENTS
 from course_lib.grading import check, judge, run_calls
-from course_lib.grading.exercises import ch01
+from course_lib.grading.rubrics import ch01
 
 SLUG = "01_seq2seq_attention"
 NAMES = ASSIGNMENTS[SLUG]

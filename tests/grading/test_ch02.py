@@ -1,4 +1,4 @@
-"""Specification of the checks of assignment 02_self_attention (course_lib.grading.exercises.ch02).
+"""Specification of the checks of assignment 02_self_attention (course_lib.grading.rubrics.ch02).
 
 For each graded function (softmax, scaled_dot_product_attention, self_attention):
 

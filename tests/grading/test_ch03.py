@@ -1,4 +1,4 @@
-"""Specification of the checks of assignment 03_multi_head_attention (course_lib.grading.exercises.ch03).
+"""Specification of the checks of assignment 03_multi_head_attention (course_lib.grading.rubrics.ch03).
 
 For each graded function (split_heads, merge_heads, multi_head_attention,
 multi_head_attention_sum_form):
@@ -27,7 +27,7 @@ from conftest import assert_diagnosed, assert_forbidden, assert_full_marks, impl
 
 import course_lib
 from course_lib.grading import check, exercise
-from course_lib.grading.exercises import ch03
+from course_lib.grading.rubrics import ch03
 
 INF = float("inf")
 FUNCTIONS = ("split_heads", "merge_heads", "multi_head_attention", "multi_head_attention_sum_form")

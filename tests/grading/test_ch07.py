@@ -1,4 +1,4 @@
-"""Specification of the checks of assignment 07_efficient_attention (course_lib.grading.exercises.ch07).
+"""Specification of the checks of assignment 07_efficient_attention (course_lib.grading.rubrics.ch07).
 
 For each graded function (tiled_attention, sliding_window_mask, cached_attention_step):
 
@@ -24,7 +24,7 @@ from conftest import assert_diagnosed, assert_forbidden, assert_full_marks, impl
 
 import course_lib
 from course_lib.grading import check, exercise, judge, run_calls
-from course_lib.grading.exercises.ch07 import TEMPORARY_MESSAGE
+from course_lib.grading.rubrics.ch07 import TEMPORARY_MESSAGE
 
 INF = float("inf")
 

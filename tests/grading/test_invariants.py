@@ -27,7 +27,7 @@ def stub(*args, **kwargs):
 
 @pytest.mark.parametrize("assignment", TABLE, ids=lambda a: a.slug)
 def test_each_assignment_defines_exactly_its_graded_functions_in_notebook_order(assignment):
-    module = importlib.import_module(f"course_lib.grading.exercises.{assignment.module}")
+    module = importlib.import_module(f"course_lib.grading.rubrics.{assignment.module}")
     assert tuple(ex.name for ex in module.EXERCISES) == assignment.functions
     assert tuple(ex.name for ex in exercises_of(assignment.slug)) == ASSIGNMENTS[assignment.slug]
 

@@ -15,7 +15,7 @@ import torch
 import course_lib
 from course_lib.assignments import TABLE
 from course_lib.grading import Call, Case, Exercise, exercise, judge, run_calls
-from course_lib.grading.exercises._common import fresh_int, rng
+from course_lib.grading.rubrics._common import fresh_int, rng
 from course_lib.grading.seeding import current_seed, public, same_inputs
 
 SEEDS = (11, 2024)

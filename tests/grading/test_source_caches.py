@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.autograder import demos, notebook
+from course_lib.autograder import notebook, skip_demos
 from course_lib.grading import parsing
 from course_lib.grading.forbidden import cells
 from course_lib.grading.parsing import SHARED_CHARS, parse_shared
@@ -20,7 +20,7 @@ CACHES = {
     "parse_shared": (parsing._parse_cached, parse_shared),
     "cell readings": (cells.cell_reading, cells.cell_reading),
     "IPython transforms": (notebook._transform_shared, notebook._transform),
-    "demo blocks": (demos._cell, demos._cell),
+    "demo blocks": (skip_demos._cell, skip_demos._cell),
 }
 
 
@@ -37,7 +37,7 @@ SMALL = 10 * SHARED_CHARS + 1
 def test_each_cache_holds_at_most_a_few_million_characters_of_source():
     assert parsing._parse_cached.max_chars == cells.cell_reading.max_chars == parsing.SHARED_TOTAL_CHARS
     assert parsing.SHARED_TOTAL_CHARS <= 1_000_000  # trees: about 30 to 130 MB
-    assert notebook._transform_shared.max_chars <= 4_000_000 and demos._cell.max_chars <= 4_000_000
+    assert notebook._transform_shared.max_chars <= 4_000_000 and skip_demos._cell.max_chars <= 4_000_000
     assert all(cache.max_item_chars == SHARED_CHARS for cache, _ in CACHES.values())
 
 

@@ -1,5 +1,5 @@
 """Specification of course_lib.efficient: tiled_attention, sliding_window_mask,
-sliding_window_attention and cached_attention_step, and of the memory benchmark course_lib.memory."""
+sliding_window_attention and cached_attention_step, and of the memory benchmark course_lib.memory_probe."""
 
 from __future__ import annotations
 
@@ -610,7 +610,7 @@ def test_sliding_window_attention_is_exported_documented_and_not_graded():
 def test_bench_memory_runs_each_variant_in_a_subprocess_and_prints_the_table():
     """Not a timed test: the script must run and print positive numbers for every variant."""
     result = subprocess.run(
-        [sys.executable, "-m", "course_lib.memory", "--size", "256"],
+        [sys.executable, "-m", "course_lib.memory_probe", "--size", "256"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...grading.model import Call, Outcome
 from ...grading.run import CALL_TIME_LIMIT
-from ..text import student_message
+from ..untrusted_text import student_message
 from .worker import protocol
 
 __all__ = ["Limits", "Job", "RunResult", "SandboxUnavailable", "plan_phases"]

@@ -70,7 +70,7 @@ from typing import IO, Any
 
 from ...grading.model import Outcome
 from ..notebook import python_source
-from ..text import valid_utf8
+from ..untrusted_text import valid_utf8
 from . import isolation as iso
 from .cgroup import MemoryCgroup
 from .conversation import _Conversation, _Ending

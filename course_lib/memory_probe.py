@@ -1,6 +1,6 @@
 """Peak memory of attention: the naive (L, S) weights vs :func:`course_lib.tiled_attention`.
 
-Run with ``python -m course_lib.memory [--size L]``. Each variant runs in a fresh
+Run with ``python -m course_lib.memory_probe [--size L]``. Each variant runs in a fresh
 process (one CPU thread, ``torch.no_grad()``), which reports its peak resident set size
 (``VmHWM``) and the wall time of the attention call. Every process first runs each
 variant once at L = S = 16, so that loading the math libraries' code (about 40 MiB) is
@@ -74,7 +74,7 @@ def run_variant(name: str, size: int) -> dict:
 
 def _in_subprocess(name: str, size: int) -> dict:
     """Run one variant in a fresh Python process and return what it reports."""
-    command = [sys.executable, "-m", "course_lib.memory", "--variant", name, "--size", str(size)]
+    command = [sys.executable, "-m", "course_lib.memory_probe", "--variant", name, "--size", str(size)]
     result = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).parents[1])
     if result.returncode != 0:
         raise RuntimeError(f"variant {name} failed:\n{result.stderr}")
@@ -89,7 +89,7 @@ def _verdict(part: float, whole: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     summary = __doc__.splitlines()[0]
-    parser = argparse.ArgumentParser(prog="python -m course_lib.memory", description=summary)
+    parser = argparse.ArgumentParser(prog="python -m course_lib.memory_probe", description=summary)
     parser.add_argument("--size", type=int, default=8192, help="L = S (default 8192)")
     parser.add_argument("--variant", choices=VARIANTS, help="run one variant in this process, print JSON")
     args = parser.parse_args(argv)

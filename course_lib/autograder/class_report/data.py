@@ -2,7 +2,7 @@
 
 Every number of the report comes from here or from :mod:`.items`, :mod:`.answers` and
 :mod:`.pairs`, and is written unchanged to ``data.json`` (the keys are documented in
-:mod:`course_lib.autograder.report`). Scores are over every record of an assignment; named
+:mod:`course_lib.autograder.class_report`). Scores are over every record of an assignment; named
 mistakes and items are over its *graded* records (status ``graded``), the class.
 """
 

@@ -9,9 +9,9 @@ import pytest
 from test_autograder import HONEST, SETUP, notebook
 
 from course_lib.autograder.autograde import grade_submission
-from course_lib.autograder.demos import skip_demos
 from course_lib.autograder.record import Record
 from course_lib.autograder.sandbox.runner import Limits, Runner
+from course_lib.autograder.skip_demos import skip_demos
 
 IMPORT = "from course_lib.grading import check, when_implemented\n"
 GRADED = ["softmax", "scaled_dot_product_attention", "self_attention"]

@@ -2,7 +2,7 @@
 
 Per assignment: the scores, the most common named mistakes, the flagged items and the most
 similar look-alike pairs, the same numbers as ``data.json``. Student text is escaped with
-:func:`~course_lib.autograder.text.markdown_escape` (one line, no control characters, so no
+:func:`~course_lib.autograder.untrusted_text.markdown_escape` (one line, no control characters, so no
 terminal escape sequence from a submission reaches the screen).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..text import markdown_escape
+from ..untrusted_text import markdown_escape
 
 __all__ = ["summary_markdown", "TOP"]
 

@@ -20,6 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from course_lib.autograder.autograde import grade_submission
+from course_lib.autograder.class_report import ReportError, build_data, write_report
+from course_lib.autograder.class_report.items import item_statistics
 from course_lib.autograder.notebook import (
     MAX_ANSWER_CHARS,
     MAX_SOURCE_CHARS,
@@ -28,8 +30,6 @@ from course_lib.autograder.notebook import (
     think_answers,
 )
 from course_lib.autograder.record import STAMP_KEYS, STATUSES, Late, Record
-from course_lib.autograder.report import ReportError, build_data, write_report
-from course_lib.autograder.report.items import item_statistics
 from course_lib.cli import main
 
 A = "02_self_attention"

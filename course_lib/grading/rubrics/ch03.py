@@ -21,7 +21,7 @@ import torch
 from ... import merge_heads, multi_head_attention, multi_head_attention_sum_form, split_heads
 from ..compare import compare
 from ..exercise_spec import Exercise
-from ..model import Call, Case, Mistake
+from ..model import Call, Case, Judge, Mistake
 from ._common import WHOLE_ATTENTION, rand_mask, randn, rng
 
 __all__ = ["EXERCISES"]
@@ -476,7 +476,7 @@ def _mha_call(
     S: int | None,
     E: int,
     H: int,
-    mask=None,
+    mask: torch.Tensor | None = None,
     *,
     distinct_value: bool = False,
     q_scale: float = 1.0,
@@ -493,7 +493,7 @@ def _mha_call(
     return Call(args if mask is None else (*args, mask))
 
 
-def _future_invariance(index: int | None):
+def _future_invariance(index: int | None) -> Judge:
     """A judge for pairs of self-attention calls under a causal mask whose inputs differ only
     from some position on: outputs (and weights) before that position must not change."""
 

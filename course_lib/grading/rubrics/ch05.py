@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -319,7 +319,7 @@ def _an_norm_both(x, sublayer_output, gamma, beta, eps=1e-5):
     return layer_norm(x, gamma, beta, eps) + layer_norm(sublayer_output, gamma, beta, eps)
 
 
-def _an_inline(correction: int, eps_inside: bool):
+def _an_inline(correction: int, eps_inside: bool) -> Callable[..., torch.Tensor]:
     """Add & Norm with a layer norm written inline, its variance and eps as given."""
 
     def implementation(x, sublayer_output, gamma, beta, eps=1e-5):

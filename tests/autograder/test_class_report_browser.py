@@ -1,6 +1,6 @@
 """The class report's site, opened in a real browser (headless Debian chromium via Playwright).
 
-The report of the generated class of ``test_report.py`` is written to a folder and opened from
+The report of the generated class of ``test_class_report.py`` is written to a folder and opened from
 ``file://``, in the reader's light and in the dark colour scheme: every page (the index and each
 assignment) loads with no console error, no failed request, no request outside ``file://``,
 every image loaded (``naturalWidth > 0``), and the page's colours follow the scheme. Full-page
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT
-from test_report import gradebook  # noqa: F401  (the generated class, a module fixture)
+from test_class_report import gradebook  # noqa: F401  (the generated class, a module fixture)
 
-from course_lib.autograder.report import write_report
+from course_lib.autograder.class_report import write_report
 
 pytestmark = pytest.mark.browser
 

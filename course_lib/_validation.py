@@ -114,7 +114,9 @@ def check_shapes(fn: str, floating: bool = True, **specs: Any) -> dict[str, Any]
     return dims
 
 
-def check_mask(fn: str, mask, target: tuple[int, ...], target_spec: str, name: str = "mask"):
+def check_mask(
+    fn: str, mask: object, target: tuple[int, ...], target_spec: str, name: str = "mask"
+) -> torch.Tensor | None:
     """Check that ``mask`` is a boolean tensor broadcastable to ``target``.
 
     Args:
@@ -151,7 +153,7 @@ def check_mask(fn: str, mask, target: tuple[int, ...], target_spec: str, name: s
     return mask
 
 
-def check_positive_int(fn: str, name: str, value) -> int:
+def check_positive_int(fn: str, name: str, value: object) -> int:
     """Check that ``value`` is a positive int (not a bool) and return it."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{fn}: argument '{name}' must be an int, got {type(value).__name__}")

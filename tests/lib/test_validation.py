@@ -1,4 +1,4 @@
-"""Specification of the argument checks (course_lib._checks) and of every graded function's errors.
+"""Specification of the argument checks (course_lib._validation) and of every graded function's errors.
 
 Wrong shapes and non-boolean masks raise ValueError; the message names the function, the
 argument, the expected shape (with sizes already bound by earlier arguments, e.g.
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import course_lib as cl
-from course_lib import _checks
+from course_lib import _validation
 
 
 def t(*shape, dtype=torch.float32):
@@ -489,40 +489,40 @@ def test_optional_biases_may_be_none():
 
 
 def test_check_shapes_binds_letters_and_broadcasts_batch_dims():
-    dims = _checks.check_shapes("f", a=(t(2, 1, 3, 4), "... L D"), c=(t(5, 6, 4), "... S D"))
+    dims = _validation.check_shapes("f", a=(t(2, 1, 3, 4), "... L D"), c=(t(5, 6, 4), "... S D"))
     assert dims == {"...": (2, 5), "L": 3, "D": 4, "S": 6}
 
 
 def test_check_shapes_fixed_digit_sizes():
-    assert _checks.check_shapes("f", x=(t(2, 16), "N 16")) == {"N": 2}
+    assert _validation.check_shapes("f", x=(t(2, 16), "N 16")) == {"N": 2}
     with pytest.raises(ValueError, match=r"f: argument 'x' must have shape \(N=2, 16\), got shape \(2, 8\)"):
-        _checks.check_shapes("f", x=(t(2, 8), "N 16"))
+        _validation.check_shapes("f", x=(t(2, 8), "N 16"))
 
 
 def test_check_shapes_non_floating_allowed_when_asked():
-    dims = _checks.check_shapes("f", floating=False, x=(torch.ones(2, 3, dtype=torch.long), "N S"))
+    dims = _validation.check_shapes("f", floating=False, x=(torch.ones(2, 3, dtype=torch.long), "N S"))
     assert dims == {"N": 2, "S": 3}
     with pytest.raises(TypeError, match="floating-point"):
-        _checks.check_shapes("f", x=(torch.ones(2, 3, dtype=torch.long), "N S"))
+        _validation.check_shapes("f", x=(torch.ones(2, 3, dtype=torch.long), "N S"))
 
 
 def test_check_shapes_reports_expected_dim_count():
     with pytest.raises(ValueError, match=r"\(3 dims\), got shape \(2, 3\) \(2 dims\)"):
-        _checks.check_shapes("f", x=(t(2, 3), "N L E"))
+        _validation.check_shapes("f", x=(t(2, 3), "N L E"))
     with pytest.raises(ValueError, match=r"at least 2 dims"):
-        _checks.check_shapes("f", x=(t(3), "... L E"))
+        _validation.check_shapes("f", x=(t(3), "... L E"))
 
 
 def test_check_mask_accepts_broadcastable_boolean_masks_and_returns_them_unchanged():
     mask = torch.tensor([True, False, True])
-    assert _checks.check_mask("f", mask, (2, 4, 3), "(N, L, S)") is mask
-    assert _checks.check_mask("f", None, (2, 4, 3), "(N, L, S)") is None
+    assert _validation.check_mask("f", mask, (2, 4, 3), "(N, L, S)") is mask
+    assert _validation.check_mask("f", None, (2, 4, 3), "(N, L, S)") is None
 
 
 def test_check_mask_rejects_masks_that_only_broadcast_to_a_bigger_shape():
     # (2, 1, 3) broadcasts with (4, 3) but the result (2, 4, 3) is not the target (4, 3).
     with pytest.raises(ValueError, match=r"must broadcast to \(L, S\) = \(4, 3\), got shape \(2, 1, 3\)"):
-        _checks.check_mask("f", b(2, 1, 3), (4, 3), "(L, S)")
+        _validation.check_mask("f", b(2, 1, 3), (4, 3), "(L, S)")
 
 
 @pytest.mark.parametrize(
@@ -530,8 +530,8 @@ def test_check_mask_rejects_masks_that_only_broadcast_to_a_bigger_shape():
 )
 def test_check_positive_int_rejects_non_positive_and_non_int(value, error):
     with pytest.raises(error, match="'n'"):
-        _checks.check_positive_int("f", "n", value)
+        _validation.check_positive_int("f", "n", value)
 
 
 def test_check_positive_int_returns_the_value():
-    assert _checks.check_positive_int("f", "n", 7) == 7
+    assert _validation.check_positive_int("f", "n", 7) == 7

@@ -11,7 +11,7 @@ import torch
 from ... import causal_mask, label_smoothing_loss, padding_mask, position_wise_feed_forward
 from ..compare import compare
 from ..exercise_spec import Exercise
-from ..model import Call, Case, Mistake
+from ..model import Call, Case, Judge, Mistake
 from ..seeding import current_seed
 from ._common import fresh_int, randn, rng
 
@@ -127,51 +127,51 @@ def _padding_mask_cases() -> list[Case]:
 # --- causal_mask -------------------------------------------------------------------------------
 
 
-def _causal_no_diagonal(size: int, device=None) -> torch.Tensor:
+def _causal_no_diagonal(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size, dtype=torch.bool).tril(diagonal=-1)
 
 
-def _causal_inverted(size: int, device=None) -> torch.Tensor:
+def _causal_inverted(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
 
 
-def _causal_upper(size: int, device=None) -> torch.Tensor:
+def _causal_upper(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size, dtype=torch.bool).triu()
 
 
-def _causal_float(size: int, device=None) -> torch.Tensor:
+def _causal_float(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size).tril()
 
 
-def _causal_long(size: int, device=None) -> torch.Tensor:
+def _causal_long(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size, dtype=torch.long).tril()
 
 
-def _causal_additive_inf(size: int, device=None) -> torch.Tensor:
+def _causal_additive_inf(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.zeros(size, size).masked_fill(~torch.ones(size, size, dtype=torch.bool).tril(), float("-inf"))
 
 
-def _causal_additive_big(size: int, device=None) -> torch.Tensor:
+def _causal_additive_big(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.zeros(size, size).masked_fill(~torch.ones(size, size, dtype=torch.bool).tril(), -1e9)
 
 
-def _causal_1ll(size: int, device=None) -> torch.Tensor:
+def _causal_1ll(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(1, size, size, dtype=torch.bool).tril()
 
 
-def _causal_11ll(size: int, device=None) -> torch.Tensor:
+def _causal_11ll(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(1, 1, size, size, dtype=torch.bool).tril()
 
 
-def _causal_11ll_float(size: int, device=None) -> torch.Tensor:
+def _causal_11ll_float(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size).tril().view(1, 1, size, size)
 
 
-def _causal_inverted_float(size: int, device=None) -> torch.Tensor:
+def _causal_inverted_float(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size).triu(diagonal=1)
 
 
-def _causal_all_true(size: int, device=None) -> torch.Tensor:
+def _causal_all_true(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size, dtype=torch.bool)
 
 
@@ -289,7 +289,7 @@ def _ffn_residual_norm(x, W_1, b_1, W_2, b_2, *, dropout_p=0.0):
     return centred / torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + 1e-5)
 
 
-def _position_wise(perm: torch.Tensor, pos: int):
+def _position_wise(perm: torch.Tensor, pos: int) -> Judge:
     """A judge: permuting the positions permutes the outputs; one position alone gives the same."""
 
     def judge_(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:

@@ -1,4 +1,4 @@
-"""Small helpers shared by the exercise definitions."""
+"""Small helpers shared by the rubrics (the exercise definitions of each chapter)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..compare import compare
-from ..model import Call
+from ..model import Call, Judge
 from ..oplists import ATTENTION_OPS, NORMALISATION_OPS, SOFTMAX_OPS, family_rules
 from ..seeding import current_seed, mixed_seed
 
@@ -124,7 +124,7 @@ def first_structure_problem(actual: Sequence[Any], expected: Sequence[Any], name
 
 def sums_to_one(
     index: int | None = None, dim: int = -1, what: str = "the weights", atol: float = 1e-4, names: Sequence[str] = ()
-):
+) -> Judge:
     """A judge: outputs are structured like the reference's, and output (or output[index]) is
     non-negative and sums to 1 along ``dim``. ``names`` names the items of a tuple output."""
 

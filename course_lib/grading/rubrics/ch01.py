@@ -8,6 +8,8 @@ matrices multiply from the right (``query @ W``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -23,7 +25,7 @@ from ... import (
     softmax,
 )
 from ..exercise_spec import Exercise
-from ..model import Call, Case, Mistake
+from ..model import Call, Case, Judge, Mistake
 from ._common import first_structure_problem, randn, rng, structure_problem, sums_to_one
 
 __all__ = ["EXERCISES"]
@@ -276,7 +278,7 @@ _COS_MISTAKES = [
 ]
 
 
-def _within_minus_one_one(calls, actual, expected) -> str | None:
+def _within_minus_one_one(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     for a, e in zip(actual, expected, strict=False):
         msg = structure_problem(a, e)
         if msg:
@@ -286,7 +288,7 @@ def _within_minus_one_one(calls, actual, expected) -> str | None:
     return None
 
 
-def _invariant_to_rescaling(calls, actual, expected) -> str | None:
+def _invariant_to_rescaling(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     msg = first_structure_problem(actual, expected)
     if msg:
         return msg
@@ -508,7 +510,7 @@ _ADD_MISTAKES = [
 ]
 
 
-def _bounded_by_v(calls, actual, expected) -> str | None:
+def _bounded_by_v(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     for c, a, e in zip(calls, actual, expected, strict=False):
         msg = structure_problem(a, e)
         if msg:
@@ -677,10 +679,10 @@ _POOL_MISTAKES = [
 ]
 
 
-def _permutation_equivariant(perm: torch.Tensor):
+def _permutation_equivariant(perm: torch.Tensor) -> Judge:
     """A judge: call 2 is call 1 with the keys reordered by ``perm``; context equal, weights permuted."""
 
-    def judge(calls, actual, expected) -> str | None:
+    def judge(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
         msg = first_structure_problem(actual, expected, ("context", "weights"))
         if msg:
             return msg
@@ -896,7 +898,7 @@ _LOCAL_MISTAKES = [
 ]
 
 
-def _local_shape(calls, actual, expected) -> str | None:
+def _local_shape(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     for c, a, e in zip(calls, actual, expected, strict=False):
         msg = structure_problem(a, e)
         if msg:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ... import cached_attention_step, sliding_window_mask, softmax, tiled_attention
-from ..._checks import _broadcast
+from ..._validation import _broadcast
 from ..compare import compare
 from ..exercise_spec import Exercise
 from ..model import Call, Case, Mistake

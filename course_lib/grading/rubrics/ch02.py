@@ -11,12 +11,14 @@ an inverted mask still leaves no row fully masked.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from ... import scaled_dot_product_attention, self_attention, softmax
 from ..exercise_spec import Exercise
-from ..model import Call, Case, Mistake
+from ..model import Call, Case, Judge, Mistake
 from ._common import SOFTMAX_FAMILY, WHOLE_ATTENTION, first_structure_problem, rand_mask, randn, rng, sums_to_one
 
 __all__ = ["EXERCISES"]
@@ -268,7 +270,9 @@ def _ranks(g: torch.Generator, N: int, S: int) -> torch.Tensor:
     return torch.stack([torch.randperm(S, generator=g) for _ in range(N)]).float()
 
 
-def _far_below(g: torch.Generator, M: float, N: int, L: int, S: int, D: int = 4, Dv: int = 3):
+def _far_below(
+    g: torch.Generator, M: float, N: int, L: int, S: int, D: int = 4, Dv: int = 3
+) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]:
     """Queries, keys and values whose scores q.k / sqrt(D) are all about -M: key s of sequence n
     scores -M (1 + 0.02 r) with r its rank, so the allowed key of lowest rank takes all the
     weight (the scores are M / 50 apart), and a mask gives every query an allowed and a blocked
@@ -292,11 +296,11 @@ def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-4) -> bool:
     return bool(torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=1e-4))
 
 
-def _future_invariance(t: int, what: str):
+def _future_invariance(t: int, what: str) -> Judge:
     """Judge: two calls that differ only at positions >= t give the same outputs and weights before t,
     and every weight on a later key is 0."""
 
-    def judge(calls, actual, expected):
+    def judge(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
         problem = first_structure_problem(actual, expected, _ATTENTION_OUTPUTS)
         if problem:
             return problem
@@ -313,11 +317,11 @@ def _future_invariance(t: int, what: str):
     return judge
 
 
-def _sdpa_permutation(pq: torch.Tensor, pk: torch.Tensor):
+def _sdpa_permutation(pq: torch.Tensor, pk: torch.Tensor) -> Judge:
     """Judge: permuting the queries permutes the output rows; permuting keys and values together
     leaves the output unchanged and permutes the weight columns."""
 
-    def judge(calls, actual, expected):
+    def judge(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
         problem = first_structure_problem(actual, expected, _ATTENTION_OUTPUTS)
         if problem:
             return problem
@@ -334,10 +338,10 @@ def _sdpa_permutation(pq: torch.Tensor, pk: torch.Tensor):
     return judge
 
 
-def _self_attention_permutation(perm: torch.Tensor):
+def _self_attention_permutation(perm: torch.Tensor) -> Judge:
     """Judge: permuting the tokens permutes the output rows, and the weights along both axes."""
 
-    def judge(calls, actual, expected):
+    def judge(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
         problem = first_structure_problem(actual, expected, _ATTENTION_OUTPUTS)
         if problem:
             return problem
@@ -539,7 +543,9 @@ _SELF_ATTENTION_MISTAKES = [
 ]
 
 
-def _sa_far_below(g: torch.Generator, M: float, N: int, T: int, E: int = 5, D: int = 4, Dv: int = 3):
+def _sa_far_below(
+    g: torch.Generator, M: float, N: int, T: int, E: int = 5, D: int = 4, Dv: int = 3
+) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]:
     """Self-attention inputs whose scores are all about -M (as :func:`_far_below`): feature 0 of
     every token is 1 and feature 1 its rank; W_q turns feature 0 into a large query component,
     W_k turns features 0 and 1 into a large negative key component that falls with the rank."""
