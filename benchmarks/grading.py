@@ -169,7 +169,7 @@ def where_the_time_goes(assignment: str, sandbox: str) -> None:
 def _import_grader() -> None:
     """Run on each Dask worker before the timing starts: the local run's imports (torch, the
     grader) are not timed either."""
-    import course_lib.autograder.autograde  # noqa: F401
+    import course_lib.autograder.autograde
     import course_lib.autograder.sandbox  # noqa: F401
 
 

@@ -60,7 +60,7 @@ def copy_statistics(cross_weights: list[torch.Tensor], lengths: torch.Tensor) ->
     Returns:
         A :class:`CopyStats`.
     """
-    N, H, L, S = cross_weights[0].shape
+    _N, H, L, _S = cross_weights[0].shape
     to_copy, is_digit = positions_to_copy(lengths, L)  # (N, L) each
     rows = is_digit.sum()
     mask = is_digit[:, None]  # (N, 1, L)

@@ -149,7 +149,7 @@ class Task:
             - tgt_in: :math:`(N, T)`, ``<bos>`` then the target
             - tgt_out: :math:`(N, T)`, the target then ``<eos>``
         """
-        srcs = [self.src_vocab.encode(s) + [EOS] for s, _ in examples]
+        srcs = [[*self.src_vocab.encode(s), EOS] for s, _ in examples]
         tgts = [self.tgt_vocab.encode(t) for _, t in examples]
         S, T = max(map(len, srcs)), max(map(len, tgts)) + 1
         # Padded lists first, then one tensor each: a tensor per row costs more than the model

@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT / "book"))
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 #: Debian's chromium, which the browser tests drive through Playwright (``make test`` installs
 #: it), with the book's own flags for printing it (no background traffic: no network here).
-from print_pdf import CHROMIUM, CHROMIUM_ARGS  # noqa: E402, F401 - re-exported to the browser tests
+from print_pdf import CHROMIUM, CHROMIUM_ARGS  # noqa: E402 - re-exported to the browser tests
 
 settings.register_profile(
     "course_lib",

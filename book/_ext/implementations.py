@@ -35,7 +35,7 @@ from sphinx.util.docutils import SphinxDirective
 CHOICES = ("show", "hide")
 
 
-class implementation_node(nodes.General, nodes.Element):  # noqa: N801 - docutils names nodes in lower case
+class implementation_node(nodes.General, nodes.Element):  # docutils names nodes in lower case
     """A folded listing of one object's source (``<details>`` in HTML)."""
 
 

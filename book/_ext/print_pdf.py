@@ -37,6 +37,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import ClassVar
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [  # no background traffic: the machine may have no network
@@ -235,7 +236,7 @@ BOOK_URL_PATH = "/book.html"
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    aliases: dict[str, str] = {}
+    aliases: ClassVar[dict[str, str]] = {}
 
     def log_message(self, *args):
         pass

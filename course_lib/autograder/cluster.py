@@ -108,7 +108,7 @@ def _claim_slot(first: int = 1000, count: int = 4000) -> tuple[int, Any]:
     start = os.getpid() % count
     for i in range(count):
         slot = first + (start + i) % count
-        f = open(os.path.join(folder, f"{slot}.lock"), "w")  # noqa: SIM115 - held open: the lock lives with it
+        f = open(os.path.join(folder, f"{slot}.lock"), "w")  # held open: the lock lives with it
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -53,7 +53,7 @@ def dotted(node: ast.AST) -> list[str] | None:
         parts.append(node.id)
         return parts[::-1]
     if parts:
-        return ["<expr>"] + parts[::-1]
+        return ["<expr>", *parts[::-1]]
     return None
 
 

@@ -169,7 +169,7 @@ def _refusing(name, why):
             _REFUSALS[0] += 1
             for watch in _active():
                 watch._saw(f"the operator {name}")
-        except Exception:  # noqa: BLE001, S110 - whatever the watches' state, the refusal stands
+        except Exception:  # noqa: BLE001 - whatever the watches' state, the refusal stands
             pass
         raise RuntimeError(f"{name} is refused while grading the functions that may not use it ({why})")
 

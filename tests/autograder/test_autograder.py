@@ -444,7 +444,7 @@ def graded(tmp_path_factory):
 
 
 def test_the_whole_batch_is_graded_once_each_and_nothing_is_left_running(graded):
-    tmp, subs, db, out, rows, cases = graded
+    _tmp, subs, db, out, rows, _cases = graded
     assert out.returncode == 0, out.stdout + out.stderr
     assert "FAILED" not in out.stdout
     assert set(rows) == {p.name for p in subs.iterdir()}
@@ -464,7 +464,7 @@ def test_the_graders_memory_stays_bounded_whatever_the_class_sends(graded):
 
 
 def test_honest_students_get_full_marks_as_if_graded_alone(graded):
-    tmp, subs, db, out, rows, cases = graded
+    _tmp, subs, _db, _out, rows, _cases = graded
     with Runner(mode="auto", limits=LIMITS) as runner:
         alone = grade_submission((subs / "honest1" / f"{A}.ipynb").read_bytes(), A, runner, seed=SEED)
     for student in ("honest1", "honest2", "Ana María"):
@@ -475,7 +475,7 @@ def test_honest_students_get_full_marks_as_if_graded_alone(graded):
 @pytest.fixture(scope="module")
 def honest_scores(graded):
     """What each attacker's honest parts earn alone (graded the same way)."""
-    tmp, subs, db, out, rows, cases = graded
+    _tmp, _subs, _db, _out, _rows, cases = graded
     scores = {}
     with Runner(mode="auto", limits=LIMITS, slot=3) as runner:
         for student, (_, honest_part) in cases.items():
@@ -586,7 +586,7 @@ def test_invalid_files_are_refused_with_the_reason(graded):
 
 
 def test_attacks_on_the_machine_leave_everything_intact(graded):
-    tmp, subs, db, out, rows, cases = graded
+    _tmp, subs, _db, _out, rows, _cases = graded
     assert (subs / "honest1" / f"{A}.ipynb").is_file()
     assert rows["infinite_loop_call"].functions[0]["results"][0]["feedback"].startswith("took longer")
     assert rows["renamed_function"].functions[0]["status"] == "missing"
@@ -603,7 +603,7 @@ def test_summary_names_the_isolation_memory_limit_and_inputs(graded):
 
 
 def test_a_rerun_skips_unchanged_notebooks_and_regrades_changed_ones(graded, tmp_path):
-    tmp, subs, db, out, rows, cases = graded
+    _tmp, subs, _db, _out, _rows, _cases = graded
     subs2 = tmp_path / "subs"
     for s in ("honest1", "markdown_and_html_in_messages"):
         _write(subs2, s, (subs / s / f"{A}.ipynb").read_bytes())
@@ -646,7 +646,7 @@ def test_a_record_of_the_graders_own_failure_is_regraded_on_the_next_run(tmp_pat
 
 
 def test_csv_export_neutralises_formulas_and_carries_flags_and_seed(graded, tmp_path):
-    tmp, subs, db, out, rows, cases = graded
+    _tmp, _subs, db, _out, rows, _cases = graded
     path = tmp_path / "grades.csv"
     assert export_csv(db, path) == len(rows)
     with open(path, newline="", encoding="utf-8") as f:
@@ -667,7 +667,7 @@ def test_csv_export_neutralises_formulas_and_carries_flags_and_seed(graded, tmp_
 
 
 def test_gradescope_export_follows_the_results_format(graded, tmp_path):
-    tmp, subs, db, out, rows, cases = graded
+    _tmp, _subs, db, _out, rows, _cases = graded
     assert export_gradescope(db, tmp_path / "gs") == len(rows)
     res = json.loads((tmp_path / "gs" / file_stem("honest1") / A / "results.json").read_text())
     assert res["score"] == rows["honest1"].score
@@ -678,7 +678,7 @@ def test_gradescope_export_follows_the_results_format(graded, tmp_path):
 
 
 def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp_path):
-    tmp, subs, db, out, rows, cases = graded
+    _tmp, _subs, db, _out, rows, _cases = graded
     for fmt in ("md", "html"):
         assert write_feedback(db, tmp_path / fmt, fmt=fmt) == len(rows)
     # one file per student, named with a hash of the exact id: look-alike names never collide

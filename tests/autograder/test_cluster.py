@@ -47,7 +47,7 @@ class Cluster:
     def __init__(self, tmp: Path, n: int = 2, allowed_failures: int = 3):
         self.address = f"tcp://127.0.0.1:{_free_port()}"
         host, port = self.address[len("tcp://") :].split(":")
-        log = open(tmp / "scheduler.log", "w")  # noqa: SIM115 - closed in close()
+        log = open(tmp / "scheduler.log", "w")  # closed in close()
         self.logs = [log]
         self.procs = [
             subprocess.Popen(
@@ -59,7 +59,7 @@ class Cluster:
         ]
         time.sleep(1.0)
         for i in range(n):
-            wlog = open(tmp / f"worker{i}.log", "w")  # noqa: SIM115
+            wlog = open(tmp / f"worker{i}.log", "w")
             self.logs.append(wlog)
             self.procs.append(
                 subprocess.Popen(

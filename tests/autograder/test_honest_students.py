@@ -215,7 +215,7 @@ def live_notebook(tmp_path: Path, cells: list[str], history: bool = True):
 
 @pytest.mark.parametrize("variant", sorted(HONEST))
 def test_an_honest_notebook_gets_full_marks_from_its_own_check_and_the_static_scan(tmp_path, variant):
-    assignment, cells, graded = HONEST[variant]
+    _assignment, cells, graded = HONEST[variant]
     module = live_notebook(tmp_path, cells)
     scan = NotebookScan(cells_as_python(cells))
     assert scan.review_flags() == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import io
+import itertools
 import json
 import keyword
 import random
@@ -176,7 +177,7 @@ def fresh_names(source: str, rng: random.Random) -> dict[str, str]:
     """A random renaming of the local names of ``source`` (new names a student might choose)."""
     names, depth = set(), 0
     toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    for t, after in zip(toks, toks[1:], strict=False):
+    for t, after in itertools.pairwise(toks):
         depth += (t.string in "([{") - (t.string in ")]}") if t.type == tokenize.OP else 0
         if t.type == tokenize.NAME and not (depth and after.string == "="):  # not a keyword argument
             names.add(t.string)
@@ -218,7 +219,7 @@ def restyle(source: str, rng: random.Random, renames: Mapping[str, str] | None =
             calls.append(
                 s == "("
                 and prev is not None
-                and (prev.type == tokenize.NAME and not keyword.iskeyword(prev.string) or prev.string in ")]")
+                and ((prev.type == tokenize.NAME and not keyword.iskeyword(prev.string)) or prev.string in ")]")
             )
         elif typ == tokenize.OP and s in ")]}":
             if calls.pop() and prev is not None and prev.string not in "(," and rng.random() < 0.2:
@@ -263,7 +264,7 @@ _WORDS = (tokenize.NAME, tokenize.NUMBER, tokenize.STRING)
 
 def _space(prev: tokenize.TokenInfo, cur: tokenize.TokenInfo, rng: random.Random) -> str:
     """A separator that keeps both tokens as they are: a space where one is needed, else random."""
-    if prev.type in _WORDS and cur.type in _WORDS or tokenize.NUMBER in (prev.type, cur.type):
+    if (prev.type in _WORDS and cur.type in _WORDS) or tokenize.NUMBER in (prev.type, cur.type):
         return " " * rng.randint(1, 2)
     if prev.type == cur.type == tokenize.OP and not {prev.string, cur.string} & set("()[]{},"):
         return " "

@@ -175,7 +175,7 @@ def test_an_honest_comparison_before_the_definition_is_reviewed_not_scored_zero(
     cells = ["import torch\nprint(torch.softmax(torch.ones(3), -1))\n" + OWN_SOFTMAX]
     for free in ([], ["attention_weights"]):  # the cells reported as written, or with softmax refused
         calls = {"softmax": [Call((X,))], **{f: [Call((X,))] for f in free}}
-        res = graded(runner, cells + ["def attention_weights(s):\n    return s"], calls)
+        res = graded(runner, [*cells, "def attention_weights(s):\n    return s"], calls)
         assert res.status == "review" and ("refused" in str(res.cell_errors)) == (not free), res
         assert any("a cell called one of them" in v for v in res.violations)
         assert "held for review" in res.outcomes["softmax"][0].message

@@ -98,7 +98,7 @@ def test_grading_processes_that_keep_dying_as_they_start_stop_the_batch_with_an_
     def start(slot):
         os._exit(3)
 
-    with pytest.raises(RuntimeError, match="keep dying as they start .*exit status 3"):
+    with pytest.raises(RuntimeError, match=r"keep dying as they start .*exit status 3"):
         _pool(["a", "b"], 2, lambda runner, job: {}, start=start)
     assert multiprocessing.active_children() == []
 

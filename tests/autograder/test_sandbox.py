@@ -78,7 +78,7 @@ def honest_job() -> tuple[Job, torch.Tensor]:
 
 
 def check_honest(res) -> None:
-    job, x = honest_job()
+    _job, x = honest_job()
     assert res.status == "ok", res
     assert res.cell_errors == [] and res.missing == [] and res.reference_access == []
     assert [o.status for o in res.outcomes["softmax"]] == ["ok", "ok"]
@@ -874,7 +874,7 @@ def test_the_allowlist_never_exposes_the_course_source():
     hidden = [item[1] for item in spec if item[0] == "tmpfs"]
     for path in ro:
         assert not isolation.under(package, path) or package in hidden
-        assert not isolation.under(str(ROOT), path) or str(ROOT) == path and package in hidden
+        assert not isolation.under(str(ROOT), path) or (str(ROOT) == path and package in hidden)
     assert sys.prefix + "/lib" in hidden and sys.prefix in ro
 
 

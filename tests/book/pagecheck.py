@@ -98,8 +98,8 @@ def main(argv: list[str]) -> int:
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: PLC0415
-    from test_book_browser import PAGES, open_page  # noqa: PLC0415
+    from conftest import CHROMIUM, CHROMIUM_ARGS
+    from test_book_browser import PAGES, open_page
 
     html = Path(argv[0] if argv else "_build/html").resolve()
     pages = argv[1:] or PAGES

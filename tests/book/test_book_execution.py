@@ -33,7 +33,7 @@ kernelspec:
 
 def test_every_notebook_page_of_the_toc_is_found_in_order():
     names = [p.name for p in execute_parallel.chapters()]
-    assert names == ["intro.md"] + sorted(p.name for p in (ROOT / "book").glob("0*.md"))
+    assert names == ["intro.md", *sorted(p.name for p in (ROOT / "book").glob("0*.md"))]
 
 
 def test_an_executed_page_is_cached_and_its_changed_code_is_not(tmp_path):

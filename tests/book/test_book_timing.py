@@ -23,5 +23,5 @@ def test_warm_up_runs_are_not_timed_and_the_best_run_is_returned():
 
 @pytest.mark.parametrize(("repeats", "warmup"), [(0, 1), (1.5, 1), (3, -1)])
 def test_bad_counts_are_refused_with_the_argument_named(repeats, warmup):
-    with pytest.raises(ValueError, match="repeats|warmup"):
+    with pytest.raises(ValueError, match=r"repeats|warmup"):
         timing.best_time(lambda: None, repeats=repeats, warmup=warmup)

@@ -6,8 +6,8 @@ import ch01_alignment as al
 import pytest
 import torch
 
-SRC = list("21 Nov") + ["<eos>"]  # 7 source labels
-OUT = list("11-21") + ["<eos>"]  # one hyphen at t = 2, <eos> at t = 5
+SRC = [*"21 Nov", "<eos>"]  # 7 source labels
+OUT = [*"11-21", "<eos>"]  # one hyphen at t = 2, <eos> at t = 5
 PARTS = {"month": slice(3, 6), "day": slice(0, 3)}
 
 
@@ -57,6 +57,6 @@ def test_a_part_is_named_only_when_it_alone_holds_the_position():
 
 def test_wrong_shapes_and_labels_are_refused():
     with pytest.raises(ValueError, match="end with <eos>"):
-        al.idle_steps(_rows({}), SRC[:-1] + ["x"], OUT)
+        al.idle_steps(_rows({}), [*SRC[:-1], "x"], OUT)
     with pytest.raises(ValueError, match="rows"):
         al.idle_steps(_rows({})[:3], SRC, OUT)

@@ -16,7 +16,7 @@ def test_one_norm_per_layer_for_every_depth_and_one_std_per_layer():
 
 
 def test_post_ln_stream_is_normalised_after_every_layer():
-    norms, stds = ch05_gradients.gradient_norms(norm_first=False, seed=1, depths=[2], d_model=8)
+    _norms, stds = ch05_gradients.gradient_norms(norm_first=False, seed=1, depths=[2], d_model=8)
     assert all(abs(s - 1.0) < 0.05 for s in stds)  # the last step of every post-LN layer is a layer norm
 
 

@@ -149,7 +149,7 @@ def sdpa_by_einsum(q, k, v, mask=None):
 def sdpa_by_loops(q, k, v, mask=None):
     *batch, L, D = q.shape
     S, Dv = k.shape[-2], v.shape[-1]
-    shape = torch.broadcast_shapes(tuple(batch) + (L, S), mask.shape if mask is not None else (1,))
+    shape = torch.broadcast_shapes((*tuple(batch), L, S), mask.shape if mask is not None else (1,))
     m = (mask if mask is not None else torch.ones(1, dtype=torch.bool)).expand(shape).reshape(-1, L, S)
     qf, kf, vf = q.reshape(-1, L, D), k.reshape(-1, S, D), v.reshape(-1, S, Dv)
     out = torch.zeros(qf.shape[0], L, Dv)

@@ -629,7 +629,7 @@ def sum_form_bare_view_split(query, key, value, W_q, W_k, W_v, W_o, num_heads, m
 
 
 def sum_form_interleaved_heads(query, key, value, W_q, W_k, W_v, W_o, num_heads, mask=None):
-    N, L, E = query.shape
+    N, L, _E = query.shape
     S = key.shape[1]
     m = None if mask is None else mask.expand(N, num_heads, L, S)
     output = 0

@@ -147,7 +147,7 @@ def test_a_likely_mistake_is_said_once_per_function_with_the_tests_it_explains()
     assert_diagnosed(report, "not scaling the scores")
     text = str(report)
     assert text.count("not scaling the scores") == 1, text
-    (message, tests), *_ = mistakes_of(report.results)
+    (_message, tests), *_ = mistakes_of(report.results)
     assert len(tests) > 1 and all(t in text for t in tests)
 
 

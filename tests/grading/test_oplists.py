@@ -203,7 +203,7 @@ class _Collect(TorchDispatchMode):
         super().__init__()
         self.ops: set[str] = set()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.add(func._schema.name)
         return func(*args, **(kwargs or {}))
 

@@ -156,7 +156,7 @@ def test_a_table_of_the_self_checks_outputs_earns_full_marks_without_a_seed_and_
 
 
 @pytest.mark.parametrize("seed", (3, *SEEDS))
-@pytest.mark.parametrize("name", INTEGER_ONLY + ["padding_mask"])
+@pytest.mark.parametrize("name", [*INTEGER_ONLY, "padding_mask"])
 def test_the_reference_earns_full_marks_on_the_fresh_integer_cases(name, seed):
     ex = exercise(name)
     report = judge(ex, run_calls(getattr(course_lib, name), ex, seed=seed), seed=seed)

@@ -217,7 +217,7 @@ def test_tiled_rejects_bad_shapes_and_masks_naming_the_argument():
         tiled_attention(q, k, v[:, :4])
     with pytest.raises(ValueError, match=r"'mask'.*\(2, 3, 5\).*\(3, 4\)"):
         tiled_attention(q, k, v, torch.ones(3, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="'mask'.*boolean"):
+    with pytest.raises(ValueError, match=r"'mask'.*boolean"):
         tiled_attention(q, k, v, torch.ones(3, 5))
     with pytest.raises(TypeError, match="'q'"):
         tiled_attention(q.tolist(), k, v)
@@ -411,7 +411,7 @@ def test_sliding_window_without_weights_gives_the_same_output_and_none(
 
 def test_sliding_window_returns_dense_weights_by_default():
     q = torch.randn(2, 6, 4)
-    out, weights = sliding_window_attention(q, q, q, 1)
+    _out, weights = sliding_window_attention(q, q, q, 1)
     assert weights.shape == (2, 6, 6)
 
 
@@ -535,7 +535,7 @@ def test_cached_step_returns_new_tensors_and_leaves_its_inputs_unchanged():
     _, (K_new, V_new) = cached_attention_step(q, k, v, (K, V))
     for t, old in zip((q, k, v, K, V), before, strict=True):
         assert torch.equal(t, old)
-    first, (K_first, V_first) = cached_attention_step(q, k, v)
+    _first, (K_first, V_first) = cached_attention_step(q, k, v)
     for new in (K_new, V_new, K_first, V_first):
         assert all(new.untyped_storage().data_ptr() != t.untyped_storage().data_ptr() for t in (q, k, v, K, V))
 
@@ -574,14 +574,14 @@ def test_cached_step_rejects_bad_shapes_naming_the_argument():
         cached_attention_step(q, k, v, (torch.randn(2, 4, 5, 4), V))
     with pytest.raises(ValueError, match=r"'cache\[1\]'.*\(N=2, H=3, t=5, D=4\).*\(2, 3, 6, 4\)"):
         cached_attention_step(q, k, v, (K, torch.randn(2, 3, 6, 4)))
-    with pytest.raises(TypeError, match="'q'.*floating-point"):
+    with pytest.raises(TypeError, match=r"'q'.*floating-point"):
         cached_attention_step(q.long(), k, v)
 
 
 @pytest.mark.parametrize("cache", [(torch.randn(2, 3, 5, 4),), [torch.randn(2, 3, 5, 4)] * 3, "KV", 5])
 def test_cached_step_rejects_a_cache_that_is_not_a_pair(cache):
     q = torch.randn(2, 3, 1, 4)
-    with pytest.raises(TypeError, match="'cache'.*pair"):
+    with pytest.raises(TypeError, match=r"'cache'.*pair"):
         cached_attention_step(q, q, q, cache)
 
 

@@ -229,10 +229,10 @@ def test_local_weights_reject_a_non_positive_half_window(half_window):
 
 @pytest.mark.parametrize("half_window", ["2", None, True, torch.tensor(2)])
 def test_local_weights_reject_a_half_window_that_is_not_a_number_with_a_type_error(half_window):
-    with pytest.raises(TypeError, match="half_window.*must be a number"):
+    with pytest.raises(TypeError, match=r"half_window.*must be a number"):
         local_attention_weights(torch.zeros(1, 4), torch.zeros(1), half_window)
 
 
 def test_local_weights_reject_a_nan_half_window():
-    with pytest.raises(ValueError, match="half_window.*positive"):
+    with pytest.raises(ValueError, match=r"half_window.*positive"):
         local_attention_weights(torch.zeros(1, 4), torch.zeros(1), float("nan"))

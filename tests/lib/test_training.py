@@ -4,6 +4,7 @@ These runs are tiny (a few steps): they check behaviour, not accuracy. The accur
 targets are shown by `make bench` (course_lib/bench_models.py).
 """
 
+import itertools
 import subprocess
 import sys
 
@@ -45,7 +46,7 @@ def test_same_seed_gives_same_weights_and_metrics(model, monkeypatch):
     assert a["final_loss"] == b["final_loss"] and a["test_exact_accuracy"] == b["test_exact_accuracy"]
     for (name, p), q in zip(a_model.state_dict().items(), b_model.state_dict().values(), strict=False):
         assert torch.equal(p, q), name
-    c_model, _, c = train(tiny(model=model, seed=1), progress=False)
+    _c_model, _, c = train(tiny(model=model, seed=1), progress=False)
     assert c["final_loss"] != a["final_loss"]
 
 
@@ -155,7 +156,7 @@ def test_evaluate_counts_exact_matches_only():
 def test_learning_rate_warms_up_then_decays_to_zero():
     factors = [_lr_factor(s, warmup=10, total=100) for s in range(100)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(factors[9:], factors[10:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(factors[9:]))
     assert factors[-1] < 0.001
 
 
@@ -237,7 +238,7 @@ def test_a_device_the_machine_lacks_or_no_device_is_a_clear_error(monkeypatch):
         resolve_device("cuda")
     with pytest.raises(ValueError, match="argument 'device' must be one of auto, cpu, cuda, mps, got 'gpu'"):
         resolve_device("gpu")
-    with pytest.raises(TypeError, match="argument 'device' must be a str or torch.device, got int"):
+    with pytest.raises(TypeError, match=r"argument 'device' must be a str or torch\.device, got int"):
         resolve_device(0)
 
 

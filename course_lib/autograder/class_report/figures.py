@@ -6,6 +6,7 @@ transparent background and mid-grey text, so it reads on the page's light and da
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 __all__ = ["score_histogram"]
@@ -36,7 +37,7 @@ def score_histogram(histogram: dict[str, list[float]], max_score: float, path: P
     with matplotlib.rc_context({"svg.hashsalt": "course-lib-report", "svg.fonttype": "path"}):
         fig = Figure(figsize=(6.0, 2.6))
         ax = fig.add_subplot()
-        widths = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        widths = [b - a for a, b in itertools.pairwise(edges)]
         ax.bar(edges[:-1], counts, width=widths, align="edge", color=_BAR, edgecolor=_INK, linewidth=0.4)
         ax.set_xlim(edges[0], edges[-1])
         ax.set_xlabel(f"score (out of {max_score:g})", color=_INK)

@@ -39,7 +39,7 @@ def refs(root: ast.AST) -> Iterator[Ref]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
             if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
                 base = dotted(node.args[0]) or ["<expr>"]
-                read = base + [node.args[1].value]
+                read = [*base, node.args[1].value]
                 yield Ref(read, ".".join(read), node)
             elif node.func.id == "getattr":
                 yield Ref(["getattr"], "getattr", node, "getattr() with a computed name")

@@ -982,15 +982,19 @@ EXERCISES = [
         reference=cosine_score,
         make_cases=_cosine_cases,
         mistakes=_COS_MISTAKES,
-        forbidden=_NO_SDPA
-        + ("torch.nn.functional.cosine_similarity", "torch.cosine_similarity", "torch.nn.CosineSimilarity"),
+        forbidden=(
+            *_NO_SDPA,
+            "torch.nn.functional.cosine_similarity",
+            "torch.cosine_similarity",
+            "torch.nn.CosineSimilarity",
+        ),
     ),
     Exercise(
         name="multiplicative_score",
         reference=multiplicative_score,
         make_cases=_mult_cases,
         mistakes=_MULT_MISTAKES,
-        forbidden=_NO_SDPA + ("torch.nn.functional.bilinear", "torch.bilinear", "torch.nn.Bilinear"),
+        forbidden=(*_NO_SDPA, "torch.nn.functional.bilinear", "torch.bilinear", "torch.nn.Bilinear"),
     ),
     Exercise(
         name="additive_score",

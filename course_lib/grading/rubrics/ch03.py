@@ -615,7 +615,7 @@ def _heads_consistent(calls: Sequence[Call], actual: Sequence[Any], expected: Se
             return "the weights contain negative values"
         if not bool(torch.allclose(w64.sum(-1), torch.ones_like(w64.sum(-1)), atol=1e-4)):
             return "each head's weights should sum to 1 over the keys (the last dim)"
-        query, key, value, W_q, W_k, W_v, W_o, H = c.args[:8]
+        _query, _key, value, _W_q, _W_k, W_v, W_o, H = c.args[:8]
         v = split_heads(value.to(torch.float64) @ W_v.to(torch.float64), H)  # (N, H, S, D)
         implied = merge_heads(w64 @ v) @ W_o.to(torch.float64)  # (N, L, E)
         if not bool(torch.allclose(out.to(torch.float64), implied, atol=1e-4, rtol=1e-4)):
@@ -881,6 +881,6 @@ EXERCISES = [
         mistakes=_sum_form_mistakes(),
         # the sum form adds the heads' contributions, with no concatenation: returning
         # multi_head_attention(...)[0], or concatenating with merge_heads, is the other form
-        forbidden=WHOLE_ATTENTION + ("graded:multi_head_attention", "graded:merge_heads"),
+        forbidden=(*WHOLE_ATTENTION, "graded:multi_head_attention", "graded:merge_heads"),
     ),
 ]

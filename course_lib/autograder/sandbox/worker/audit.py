@@ -100,7 +100,7 @@ def _refuser(state: dict[str, Any]) -> Callable[[str], NoReturn]:
             state["busy"] = True
             try:
                 report(what)
-            except _base:  # noqa: S110 - the refusal stands regardless
+            except _base:  # the refusal stands regardless
                 pass
             finally:
                 state["busy"] = False
