@@ -12,6 +12,7 @@ from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.demos import skip_demos
 from course_lib.autograder.record import Record
 from course_lib.autograder.sandbox.runner import Limits, Runner
+from course_lib.autograder.sandbox_adapter import watch_lists
 
 IMPORT = "from course_lib.grading import check, when_implemented\n"
 GRADED = ["softmax", "scaled_dot_product_attention", "self_attention"]
@@ -110,7 +111,7 @@ def test_unreadable_cells_are_left_as_they_are():
 
 @pytest.fixture(scope="module")
 def runner():
-    with Runner(mode="required", limits=Limits(submission_seconds=60.0)) as r:
+    with Runner(mode="required", limits=Limits(submission_seconds=60.0), watch=watch_lists()) as r:
         yield r
 
 
