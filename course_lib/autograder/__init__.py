@@ -11,7 +11,9 @@ keep the gradebook, export it.
 - :mod:`.deadlines`: late penalties and submission times
 - :mod:`.gradebook`: the SQLite gradebook
 - :mod:`.exports`: CSV, Gradescope results and feedback reports
-- :mod:`.sandbox`: running student code isolated, and the wire protocol to it
+- :mod:`.sandbox`: running student code isolated, and the wire protocol to it (it knows no rubric)
+- :mod:`.sandbox_adapter`: what the sandbox needs from the rules (watch lists, the stand-in
+  hook) and its replies as grading's outcomes; :mod:`.standin_calls`: bounded reference calls
 - :mod:`.cli`: the instructor's ``course-lib`` subcommands
 
 Notebooks never import this package: their checks are :mod:`course_lib.grading`.
