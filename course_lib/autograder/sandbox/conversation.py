@@ -300,7 +300,7 @@ class _Conversation:
             name, standins = self.job.standins.get(key, (key, []))
             if name in self.missing or name in self.not_own or name in self.lost:
                 continue
-            if self.job.hook is not None and not self._decide(key):
+            if key in self.job.standins and self.job.hook is not None and not self._decide(key):
                 self.skipped.add(key)
                 continue
             # All of this function's calls go out together: the student's process answers them
