@@ -121,6 +121,7 @@ def where_the_time_goes(assignment: str, sandbox: str) -> None:
     from course_lib.autograder.autograde import grade_submission, make_job
     from course_lib.autograder.notebook import code_cells
     from course_lib.autograder.sandbox.runner import Limits, Runner
+    from course_lib.autograder.sandbox_adapter import watch_lists
     from course_lib.autograder.skip_demos import skip_demos
     from course_lib.grading.forbidden import NotebookScan
     from course_lib.grading.judging import judge
@@ -133,7 +134,7 @@ def where_the_time_goes(assignment: str, sandbox: str) -> None:
     )
     exercises = exercises_of(assignment)
     t0 = time.perf_counter()
-    with Runner(mode=sandbox, limits=Limits()) as runner:
+    with Runner(mode=sandbox, limits=Limits(), watch=watch_lists()) as runner:
         runner.run(make_job([], []))
         start = time.perf_counter() - t0
         for _ in range(3):  # the first jobs of a fresh worker are slower (pages, caches)
@@ -173,10 +174,11 @@ def _import_grader() -> None:
     import course_lib.autograder.sandbox  # noqa: F401
 
 
-def _split(ex, flat):
+def _split(ex, replies):
     from course_lib.autograder.autograde import split_outcomes
+    from course_lib.autograder.sandbox_adapter import outcome_of
 
-    return split_outcomes(ex, flat)
+    return split_outcomes(ex, [outcome_of(r) for r in replies])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,9 @@
   side (``course_lib.autograder``);
 - the library (the modules directly in ``course_lib``) imports neither, except the command
   line, which registers the grader's subcommands;
+- the sandbox (``course_lib.autograder.sandbox``) knows no rubric: it imports nothing of the
+  checks (``course_lib.grading``); the autograder hands it calls, watch lists and a stand-in
+  hook (``course_lib.autograder.sandbox_adapter``);
 - ``grading/opwatch.py`` imports only the standard library and torch (the sandbox's worker has
   its own test: tests/autograder/test_sandbox.py);
 - no import cycle among the modules, counting the imports that run (those under ``if
@@ -87,6 +90,13 @@ def test_the_library_imports_neither_grading_nor_the_autograder():
         for m in imports(name)
         if _inside(m, "course_lib.grading") or _inside(m, "course_lib.autograder")
     }
+    assert not bad, bad
+
+
+def test_the_sandbox_never_imports_the_grading_checks():
+    sandbox = [name for name in MODULES if _inside(name, "course_lib.autograder.sandbox")]
+    assert "course_lib.autograder.sandbox.conversation" in sandbox and "course_lib.autograder.sandbox.worker" in sandbox
+    bad = {(name, m) for name in sandbox for m in imports(name) if _inside(m, "course_lib.grading")}
     assert not bad, bad
 
 

@@ -16,7 +16,9 @@ keep the gradebook, export it.
 - :mod:`.exports`: CSV, Canvas, a wide table, Gradescope results and feedback reports
 - :mod:`.lookalike`: look-alike submissions (winnowed fingerprints of the graded functions)
 - :mod:`.class_report`: the class report (scores, mistakes, items, look-alikes, answers)
-- :mod:`.sandbox`: running student code isolated, and the wire protocol to it
+- :mod:`.sandbox`: running student code isolated, and the wire protocol to it (it knows no rubric)
+- :mod:`.sandbox_adapter`: what the sandbox needs from the rules (watch lists, the stand-in
+  hook) and its replies as grading's outcomes; :mod:`.standin_calls`: bounded reference calls
 - :mod:`.cli`: the instructor's ``course-lib`` subcommands
 
 Notebooks never import this package: their checks are :mod:`course_lib.grading`.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,11 +26,13 @@ from ..grading.report import Report
 from ..grading.standins import composed, static_callees
 from .notebook import NotebookError, code_cells, function_sources, think_answers
 from .record import Record, RecordStatus
+from .sandbox.jobs import Arguments
+from .sandbox_adapter import Outcomes, StandInHook
 from .skip_demos import skip_demos
 from .untrusted_text import clean_record, student_message
 
 if TYPE_CHECKING:
-    from .sandbox import RunResult
+    from .sandbox import Job, Runner, RunResult
 
 __all__ = [
     "grade_submission",
@@ -102,7 +105,7 @@ def make_job(
     callees: dict[str, list[str]] | None = None,
     forbidden: dict[str, list[str]] | None = None,
     judged: Judged | None = None,
-):
+) -> Job:
     """The sandbox job: the cells to run, every call of every case per function (drawn from
     ``seed`` when given), and what the runtime layer watches per function.
 
@@ -114,14 +117,19 @@ def make_job(
 
     judged = judged or Judged(seed)
 
-    calls = {ex.name: [c for case in ex.cases(seed) for c in case.calls] for ex in exercises}
+    calls: dict[str, list[Arguments]] = {
+        ex.name: [c for case in ex.cases(seed) for c in case.calls] for ex in exercises
+    }
     job = Job(cells=cells, calls=calls, watch={ex.name: ex.watch() for ex in exercises})
-    for name, names in (callees or {}).items():
-        key = standin_key(name)
-        job.calls[key] = list(calls[name])
-        job.standins[key] = (name, list(names))
-        job.references.update({c: exercise(c).reference for c in names})
-        job.when[key] = _some_callee_fails(name, names, judged, forbidden or {})
+    if callees:
+        hook = StandInHook({}, {}, judged.outcomes)
+        for name, names in callees.items():
+            key = standin_key(name)
+            job.calls[key] = list(calls[name])
+            job.standins[key] = (name, list(names))
+            hook.references.update({c: exercise(c).reference for c in names})
+            hook.decisions[key] = _some_callee_fails(name, names, judged, forbidden or {})
+        job.hook = hook
     return job
 
 
@@ -132,10 +140,12 @@ def standin_key(name: str) -> str:
 
 class Judged:
     """One job's reports, each function's judged once on its outcomes: the stand-in decisions
-    (made while the job runs) and the record use the same reports."""
+    (made while the job runs) and the record use the same reports, judged on the same outcomes
+    (``outcomes``: the sandbox's replies, each converted once)."""
 
     def __init__(self, seed: int | None = None):
         self.seed = seed
+        self.outcomes = Outcomes()
         self._reports: dict[tuple[str, tuple[int, ...]], tuple[list[Outcome], Report]] = {}
 
     def report(self, ex: Exercise, flat: list[Outcome]) -> Report:
@@ -153,7 +163,9 @@ def _passes(name: str, outcomes: dict[str, list[Outcome | None]], judged: Judged
     return judged.report(exercise(name), [o for o in outs if o is not None]).passed
 
 
-def _some_callee_fails(name: str, names: list[str], judged: Judged, forbidden: dict[str, list[str]]):
+def _some_callee_fails(
+    name: str, names: list[str], judged: Judged, forbidden: dict[str, list[str]]
+) -> Callable[[dict[str, list[Outcome | None]]], bool]:
     """Whether to make the stand-in run of ``name``: it failed some of its own tests, and one
     of its callees ``names`` is forbidden or failed its own (the rule :func:`course_lib.grading.check`
     follows too)."""
@@ -264,7 +276,7 @@ def _cell_number(message: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def grade_submission(data: bytes, assignment: str, runner, seed: int | None = None) -> Record:
+def grade_submission(data: bytes, assignment: str, runner: Runner, seed: int | None = None) -> Record:
     """Grade one notebook's bytes for ``assignment`` with ``runner`` (a sandbox Runner).
 
     Args:
@@ -308,6 +320,7 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
     runnable = skip_demos(scan.runnable_sources(), [ex.name for ex in exercises])  # demos are not graded
     judged = Judged(seed)
     result = runner.run(make_job(runnable, exercises, seed, callees, forbidden, judged))
+    outcomes = {key: [judged.outcomes.of(r) for r in replies] for key, replies in result.outcomes.items()}
     flags: list[str] = []
     messages: list[str] = []
     if result.status != "ok":
@@ -337,20 +350,20 @@ def grade_submission(data: bytes, assignment: str, runner, seed: int | None = No
             reports.append(zero_report(ex, "forbidden", note, seed))
             flags.append(f"forbidden: {ex.name} is not the student's own function")
         else:
-            reports.append(_judged_report(ex, result, judged, callees, flags))
+            reports.append(_judged_report(ex, outcomes, judged, callees, flags))
     status = cast(RecordStatus, "graded" if result.status == "ok" else result.status)
     return _record(assignment, digest, status, reports, messages, isolation, seed, flags, fallbacks, written)
 
 
 def _judged_report(
-    ex: Exercise, result: RunResult, judged: Judged, callees: dict[str, list[str]], flags: list[str]
+    ex: Exercise, outcomes: dict[str, list[Outcome]], judged: Judged, callees: dict[str, list[str]], flags: list[str]
 ) -> Report:
-    """``ex``'s report, judged from its calls' outcomes in ``result`` (where a callee failed, its
-    mistake is charged there only); a forbidden use it shows is added to ``flags``."""
-    report = judged.report(ex, result.outcomes.get(ex.name, []))
+    """``ex``'s report, judged from its calls' ``outcomes`` (run key -> outcomes; where a callee
+    failed, its mistake is charged there only); a forbidden use it shows is added to ``flags``."""
+    report = judged.report(ex, outcomes.get(ex.name, []))
     key = standin_key(ex.name)
-    if key in result.outcomes:  # a callee failed: its mistake is charged there only
-        stand_in = judged.report(ex, result.outcomes[key])
+    if key in outcomes:  # a callee failed: its mistake is charged there only
+        stand_in = judged.report(ex, outcomes[key])
         report = composed(report, stand_in, callees[ex.name])
     if report.status == "forbidden":
         flags.append(f"forbidden: {ex.name} " + "; ".join(report.notes))

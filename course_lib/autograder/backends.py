@@ -24,6 +24,7 @@ from .autograde import failed_record, grade_or_fail
 from .pool import grade_in_processes
 from .record import Record
 from .sandbox import Limits, Runner
+from .sandbox_adapter import watch_lists
 
 __all__ = ["Job", "Save", "Backend", "InProcess", "ForkPool", "Dask", "backend_for"]
 
@@ -69,7 +70,7 @@ class _Runners:
     hide: tuple[str, ...]
 
     def start(self, slot: int) -> Runner:
-        return Runner(mode=self.sandbox, limits=self.limits, slot=slot, hide=list(self.hide))
+        return Runner(mode=self.sandbox, limits=self.limits, slot=slot, hide=list(self.hide), watch=watch_lists())
 
 
 @dataclass(frozen=True)

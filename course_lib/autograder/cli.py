@@ -222,6 +222,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from .batch import read_submission
     from .notebook import NotebookError
     from .sandbox import Runner, SandboxUnavailable
+    from .sandbox_adapter import watch_lists
 
     path = Path(args.notebook)
     assignment = args.assignment or path.name.removesuffix(".ipynb")
@@ -236,7 +237,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"course-lib check: {path} is not a file", file=sys.stderr)
         return 2
     try:
-        with Runner(mode=args.sandbox) as runner:
+        with Runner(mode=args.sandbox, watch=watch_lists()) as runner:
             try:
                 record = grade_submission(read_submission(path), assignment, runner)
             except NotebookError as err:

@@ -73,7 +73,9 @@ class GraderPlugin(WorkerPlugin):
         return process
 
     def _start(self, slot: int) -> Runner:
-        return Runner(mode=self.sandbox, limits=self.limits, slot=slot, hide=self.hide)
+        from .sandbox_adapter import watch_lists
+
+        return Runner(mode=self.sandbox, limits=self.limits, slot=slot, hide=self.hide, watch=watch_lists())
 
     def grade(self, job: tuple[bytes, str, int | None]) -> tuple[Record, float]:
         """The record of ``job`` (notebook bytes, assignment, seed) and the seconds it took.

@@ -12,12 +12,9 @@ parses with ``ast.literal_eval``, takes it too).
 from __future__ import annotations
 
 import ast
-import threading
 
+from .._ast_lock import LOCK
 from .sourcecache import SourceCache
-
-#: Held while the grader builds an AST (``ast.parse``, ``ast.literal_eval``).
-LOCK = threading.Lock()
 
 
 def parse(source: str, filename: str = "<unknown>") -> ast.Module:

@@ -32,6 +32,7 @@ from course_lib.autograder.exports import export_csv, export_gradescope, file_st
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.record import Record
 from course_lib.autograder.sandbox.runner import BASE_UID, Limits, Runner
+from course_lib.autograder.sandbox_adapter import watch_lists
 from course_lib.grading.registry import ASSIGNMENTS, exercise
 
 pytestmark = pytest.mark.sandbox
@@ -465,7 +466,7 @@ def test_the_graders_memory_stays_bounded_whatever_the_class_sends(graded):
 
 def test_honest_students_get_full_marks_as_if_graded_alone(graded):
     _tmp, subs, _db, _out, rows, _cases = graded
-    with Runner(mode="auto", limits=LIMITS) as runner:
+    with Runner(mode="auto", limits=LIMITS, watch=watch_lists()) as runner:
         alone = grade_submission((subs / "honest1" / f"{A}.ipynb").read_bytes(), A, runner, seed=SEED)
     for student in ("honest1", "honest2", "Ana María"):
         assert rows[student].score == rows[student].max_score > 0
@@ -477,7 +478,7 @@ def honest_scores(graded):
     """What each attacker's honest parts earn alone (graded the same way)."""
     _tmp, _subs, _db, _out, _rows, cases = graded
     scores = {}
-    with Runner(mode="auto", limits=LIMITS, slot=3) as runner:
+    with Runner(mode="auto", limits=LIMITS, slot=3, watch=watch_lists()) as runner:
         for student, (_, honest_part) in cases.items():
             scores[student] = 0.0 if honest_part is None else grade_submission(honest_part, A, runner, seed=SEED).score
     return scores
@@ -553,7 +554,7 @@ def test_outputs_that_are_not_an_implementation_earn_no_property_points(graded):
 def test_a_lookup_table_of_the_self_check_scores_only_on_the_self_check_inputs(graded):
     rows = graded[4]
     assert rows["lookup_table"].score == 0  # graded with --seed: every input is new
-    with Runner(mode="auto", limits=LIMITS, slot=4) as runner:
+    with Runner(mode="auto", limits=LIMITS, slot=4, watch=watch_lists()) as runner:
         public = grade_submission(notebook(SETUP, lookup_table_softmax()), A, runner)
     assert _function(public, "softmax")["score"] == _function(public, "softmax")["max_score"] > 0
 
@@ -738,7 +739,7 @@ def test_sandbox_required_refuses_to_grade_without_isolation(tmp_path, monkeypat
 
     monkeypatch.setattr(isolation, "detect_isolation", lambda: "none")
     with pytest.raises(SandboxUnavailable):
-        Runner(mode="required")
+        Runner(mode="required", watch=watch_lists())
 
 
 def test_killing_the_grader_at_any_moment_then_rerunning_grades_each_submission_once(tmp_path):
@@ -860,7 +861,7 @@ def _in_session(sid: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def runner():
-    with Runner(mode="required", limits=Limits(submission_seconds=60.0)) as r:
+    with Runner(mode="required", limits=Limits(submission_seconds=60.0), watch=watch_lists()) as r:
         yield r
 
 

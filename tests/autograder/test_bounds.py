@@ -12,9 +12,10 @@ import pytest
 import torch
 from test_sandbox import LEVELS, LIMITS, uid_processes
 
-from course_lib.autograder.sandbox.bounded import bounded_call
 from course_lib.autograder.sandbox.cgroup import MemoryCgroup
 from course_lib.autograder.sandbox.runner import Job, Runner
+from course_lib.autograder.sandbox_adapter import StandInHook, watch_lists
+from course_lib.autograder.standin_calls import bounded_call
 from course_lib.grading.model import Call
 
 SLOTS = {"bubblewrap": 48, "namespaces": 49}
@@ -54,7 +55,7 @@ def test_a_reference_call_within_its_bounds_gives_the_reference_answer():
 
 @pytest.fixture(scope="module", params=LEVELS)
 def runner(request):
-    r = Runner(mode="auto", limits=LIMITS, slot=SLOTS[request.param], isolation=request.param)
+    r = Runner(mode="auto", limits=LIMITS, slot=SLOTS[request.param], isolation=request.param, watch=watch_lists())
     yield r
     r.close()
 
@@ -71,7 +72,7 @@ def test_a_stand_in_asked_for_n_squared_work_answers_with_an_error_and_the_batch
         cells=cells,
         calls={"attend": [Call((12_000,)), Call((3,))]},
         standins={"attend": ("attend", ["scores"])},
-        references={"scores": scores},
+        hook=StandInHook({"scores": scores}),
     )
     res = runner.run(job)
     big, small = res.outcomes["attend"]

@@ -159,10 +159,11 @@ def test_a_refused_record_carries_empty_sources_and_answers():
 @pytest.mark.slow
 def test_a_graded_record_carries_the_sources_and_answers(tmp_path):
     from course_lib.autograder.sandbox import Runner
+    from course_lib.autograder.sandbox_adapter import watch_lists
 
     nb = json.loads((ROOT / "solutions" / f"{A}.ipynb").read_text(encoding="utf-8"))
     data = json.dumps(nb).encode()
-    with Runner(mode="off", slot=4711) as runner:
+    with Runner(mode="off", slot=4711, watch=watch_lists()) as runner:
         record = grade_submission(data, A, runner)
     assert record.status == "graded"
     assert record.sources == function_sources(code_cells(data), FUNCTIONS)

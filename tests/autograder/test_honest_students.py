@@ -19,6 +19,7 @@ from conftest import HONEST_SOFTMAX, assert_full_marks, notebook
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.notebook import python_source
 from course_lib.autograder.sandbox.runner import Limits, Runner
+from course_lib.autograder.sandbox_adapter import watch_lists
 from course_lib.grading import check
 from course_lib.grading.forbidden import NotebookScan
 from course_lib.grading.registry import exercise
@@ -273,7 +274,9 @@ def test_a_missing_callee_is_stood_in_for_in_check_too(tmp_path):
 
 @pytest.mark.sandbox
 def test_the_sandboxed_grader_gives_every_honest_variant_full_marks_and_still_catches_cheaters():
-    with Runner(mode="required", limits=Limits(call_seconds=5.0, submission_seconds=60.0)) as runner:
+    with Runner(
+        mode="required", limits=Limits(call_seconds=5.0, submission_seconds=60.0), watch=watch_lists()
+    ) as runner:
         for variant, (assignment, cells, graded) in sorted(HONEST.items()):
             rec = grade_submission(notebook(*cells), assignment, runner)
             assert rec.status == "graded" and rec.flags == (), (variant, rec.messages, rec.flags)

@@ -12,9 +12,10 @@ import pytest
 import torch
 from test_sandbox import LEVELS, LIMITS, check_honest, honest_job, uid_processes
 
-from course_lib.autograder.sandbox.runner import Job, Runner, plan_phases
+from course_lib.autograder.sandbox.runner import Job, Reply, Runner, plan_phases
+from course_lib.autograder.sandbox_adapter import watch_lists
 from course_lib.grading.forbidden import watch_spec
-from course_lib.grading.model import Call, Outcome
+from course_lib.grading.model import Call
 
 pytestmark = pytest.mark.sandbox
 
@@ -26,7 +27,7 @@ OWN_SOFTMAX = "def softmax(x):\n    e = (x - x.amax(-1, keepdim=True)).exp()\n  
 
 @pytest.fixture(scope="module", params=LEVELS)
 def runner(request):
-    r = Runner(mode="auto", limits=LIMITS, slot=SLOTS[request.param], isolation=request.param)
+    r = Runner(mode="auto", limits=LIMITS, slot=SLOTS[request.param], isolation=request.param, watch=watch_lists())
     yield r
     r.close()
 
@@ -39,7 +40,7 @@ def graded(runner: Runner, cells: list[str], calls: dict[str, list[Call]], watch
     return res
 
 
-def earned(outcome: Outcome) -> bool:
+def earned(outcome: Reply) -> bool:
     """Whether a call came back with the forbidden function's answer."""
     return outcome.status == "ok" and torch.allclose(outcome.value, torch.softmax(X, -1))
 

@@ -26,9 +26,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.autograder.sandbox import codec, isolation
-from course_lib.autograder.sandbox.runner import Job, Limits, Runner, SandboxUnavailable
+from course_lib.autograder.sandbox.runner import Job, Limits, Reply, Runner, SandboxUnavailable
 from course_lib.autograder.sandbox.worker.protocol import SCRATCH
-from course_lib.grading.model import Call, Outcome
+from course_lib.autograder.sandbox_adapter import watch_lists
+from course_lib.grading.model import Call
 
 COURSE_SOURCE = ROOT / "course_lib" / "attention.py"
 # Generous limits so that a busy machine cannot make an honest job time out; the tests of
@@ -122,7 +123,14 @@ def secret_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=LEVELS)
 def runner(request, secret_dir):
-    r = Runner(mode="auto", limits=LIMITS, slot=SLOTS[request.param], hide=[str(secret_dir)], isolation=request.param)
+    r = Runner(
+        mode="auto",
+        limits=LIMITS,
+        slot=SLOTS[request.param],
+        hide=[str(secret_dir)],
+        isolation=request.param,
+        watch=watch_lists(),
+    )
     yield r
     r.close()
 
@@ -137,13 +145,13 @@ def test_isolation_is_detected_once():
 def test_required_mode_refuses_to_run_without_isolation(monkeypatch):
     monkeypatch.setattr(isolation, "detect_isolation", lambda: "none")
     with pytest.raises(SandboxUnavailable):
-        Runner(mode="required")
+        Runner(mode="required", watch=watch_lists())
     with pytest.raises(ValueError):
-        Runner(mode="sometimes")
+        Runner(mode="sometimes", watch=watch_lists())
 
 
 def test_off_mode_runs_a_normal_job():
-    with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"]) as r:
+    with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"], watch=watch_lists()) as r:
         assert r.isolation == "none"
         job, _ = honest_job()
         check_honest(r.run(job))
@@ -165,7 +173,7 @@ def test_values_keep_their_shape_and_dtype_through_the_sandbox(runner):
 
 
 def test_off_mode_still_never_runs_student_code_as_root():
-    with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"]) as r:
+    with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"], watch=watch_lists()) as r:
         res = r.run(
             Job(cells=["import os\ndef who():\n    return (os.getuid(), os.geteuid())"], calls={"who": [Call()]})
         )
@@ -213,6 +221,17 @@ def test_a_normal_job_returns_correct_values_identically_each_time(runner):
             flat_b = vb if isinstance(vb, tuple) else (vb,)
             assert repr(flat_a) == repr(flat_b)
     assert torch.equal(first.outcomes["noisy"][0].value, second.outcomes["noisy"][0].value)  # seeded
+
+
+def test_the_sandbox_s_call_limit_and_reply_statuses_are_those_of_the_grading_checks():
+    # the sandbox imports nothing of course_lib.grading (tests/test_architecture.py): its own
+    # copies of these two must not drift from the checks'
+    from course_lib.autograder.sandbox import jobs
+    from course_lib.grading.model import OUTCOME_STATUSES
+    from course_lib.grading.run import CALL_TIME_LIMIT
+
+    assert jobs.CALL_SECONDS == CALL_TIME_LIMIT == Limits().call_seconds
+    assert jobs.REPLY_STATUSES == OUTCOME_STATUSES
 
 
 def test_huge_pages_reports_only_memory_it_backed_with_huge_pages():
@@ -270,7 +289,7 @@ def test_an_infinite_loop_in_a_call_is_a_timeout_and_the_other_calls_still_run(r
     cells = ["def f(x):\n    while x.item() > 0:\n        pass\n    return x - 1"]
     res = run(runner, cells, {"f": [Call((torch.tensor(1),)), Call((torch.tensor(0),))]})
     assert res.status == "ok"
-    assert res.outcomes["f"][0] == Outcome("timeout", message="took longer than 0.5 s")
+    assert res.outcomes["f"][0] == Reply("timeout", message="took longer than 0.5 s")
     assert res.outcomes["f"][1].status == "ok" and res.outcomes["f"][1].value.item() == -1
 
 
@@ -294,7 +313,7 @@ def test_os_exit_midway_keeps_the_earlier_results(runner):
     cells = ["import os\ndef f(x):\n    if x == 2:\n        os._exit(0)\n    return x * 10"]
     res = run(runner, cells, {"f": [Call((1,)), Call((2,)), Call((3,))]})
     assert res.status == "crashed" and "exit code 0" in res.message
-    assert res.outcomes["f"][0] == Outcome("ok", 10)
+    assert res.outcomes["f"][0] == Reply("ok", 10)
     assert [o.status for o in res.outcomes["f"][1:]] == ["error", "error"]
     assert all(o.message.startswith("not run:") for o in res.outcomes["f"][1:])
     check_honest(runner.run(honest_job()[0]))
@@ -771,7 +790,7 @@ def test_a_call_that_takes_its_functions_later_calls_from_the_pipe_only_loses_th
         "an unexpected 'reply' frame while waiting for the harness"
     ]
     assert lost or out_of_turn, res
-    assert res.outcomes["f"][0] == Outcome("ok", 10)
+    assert res.outcomes["f"][0] == Reply("ok", 10)
     assert [o.status for o in res.outcomes["f"][1:]] == ["error", "error"]
     check_honest(runner.run(honest_job()[0]))
 

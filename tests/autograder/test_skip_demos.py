@@ -11,6 +11,7 @@ from test_autograder import HONEST, SETUP, notebook
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.record import Record
 from course_lib.autograder.sandbox.runner import Limits, Runner
+from course_lib.autograder.sandbox_adapter import watch_lists
 from course_lib.autograder.skip_demos import skip_demos
 
 IMPORT = "from course_lib.grading import check, when_implemented\n"
@@ -110,7 +111,7 @@ def test_unreadable_cells_are_left_as_they_are():
 
 @pytest.fixture(scope="module")
 def runner():
-    with Runner(mode="required", limits=Limits(submission_seconds=60.0)) as r:
+    with Runner(mode="required", limits=Limits(submission_seconds=60.0), watch=watch_lists()) as r:
         yield r
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...grading.model import Call
-from ...grading.parsing import LOCK
+from ..._ast_lock import LOCK
+from .jobs import Arguments
 from .worker.protocol import (
     MAX_DEPTH,
     MAX_ITEMS,
@@ -88,11 +88,11 @@ def encode_arg(v: Any, blobs: list[bytes], depth: int = 0) -> Header:
 
 #: id(call) -> (the call, its args' nodes, its kwargs' nodes, its blobs): every student of a
 #: class gets the same calls, so each is encoded once (the call is kept: its id stays its own)
-_ENCODED: dict[int, tuple[Call, list[Header], list[list[Any]], tuple[bytes, ...]]] = {}
+_ENCODED: dict[int, tuple[Arguments, list[Header], list[list[Any]], tuple[bytes, ...]]] = {}
 _ENCODED_MAX = 4096
 
 
-def encode_call(i: int, name: str, call: Call) -> tuple[Header, list[bytes]]:
+def encode_call(i: int, name: str, call: Arguments) -> tuple[Header, list[bytes]]:
     """The request frame of call number ``i`` (of function ``name``); the call's arguments
     are encoded once per grading process (cases are made once per seed and never changed)."""
     hit = _ENCODED.get(id(call))
@@ -127,7 +127,7 @@ def _read_preamble(preamble: bytes) -> tuple[Any, bool, np.dtype]:
     reads the same few preambles thousands of times; the key is the exact bytes)."""
     fp = io.BytesIO(preamble)
     version = np.lib.format.read_magic(fp)
-    with LOCK:  # numpy reads the header with ast.literal_eval (see course_lib.grading.parsing)
+    with LOCK:  # numpy reads the header with ast.literal_eval (see course_lib._ast_lock)
         if version == (1, 0):
             header = np.lib.format.read_array_header_1_0(fp, max_header_size=MAX_NPY_HEADER)
         elif version in ((2, 0), (3, 0)):

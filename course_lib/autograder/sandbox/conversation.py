@@ -4,26 +4,25 @@ phases)."""
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import os
 import select
 import signal
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...grading.model import OUTCOME_STATUSES, Call, Outcome
-from .bounded import bounded_call
 from .codec import BadResult, Budget, decode_value, encode_arg, encode_call
-from .jobs import Job, _clip_str, _Lost, _Pipes, plan_phases
+from .jobs import REPLY_STATUSES, Job, Reply, _clip_str, _Lost, _Pipes, plan_phases
 from .worker import protocol
 
 if TYPE_CHECKING:
     from .runner import Runner
 
 _MAX_FORWARDED = 10_000  # stand-in calls answered per submission
-_STANDIN_BYTES = 512 << 20  # the memory one stand-in call may add to the grading process
 _KEEPER_FRAMES = frozenset({"phase", "phase_end", "bye"})  # sent only by the job's keeper process
 _DRAIN_SECONDS = 1.0  # after the end packet: for what the student's process wrote before it ended
 
@@ -35,7 +34,7 @@ class _Conversation:
 
     def __init__(self, runner: Runner, job: Job, key: bytes, deadline: float, pipes: _Pipes):
         self.runner, self.job, self.key, self.deadline, self.pipes = runner, job, key, deadline, pipes
-        self.outcomes: dict[str, list[Outcome | None]] = {n: [None] * len(cs) for n, cs in job.calls.items()}
+        self.outcomes: dict[str, list[Reply | None]] = {n: [None] * len(cs) for n, cs in job.calls.items()}
         self.missing: list[str] = []
         self.not_own: dict[str, str] = {}
         self.cell_errors: list[str] = []
@@ -66,7 +65,7 @@ class _Conversation:
         before it ended is read, the zygote's end packet (``{"t": "end", "end": {...}}``)."""
         while True:
             if self.frames:
-                header, blobs, raw = self.frames.pop(0)
+                _header, blobs, raw = self.frames.pop(0)
                 if self.aborted:
                     continue
                 g = self._verify(raw, blobs)
@@ -119,7 +118,7 @@ class _Conversation:
                 return 0
         return 0
 
-    def send(self, header: protocol.Header, blobs=()) -> bool:
+    def send(self, header: protocol.Header, blobs: Iterable[bytes] = ()) -> bool:
         """One frame to the student's process (False once it cannot take it: it ended)."""
         view = memoryview(protocol.encode_frame(header, blobs))
         while view:
@@ -195,7 +194,7 @@ class _Conversation:
         return False
 
     # ---------------------------------------------------------------- phases
-    def _wait(self, accept) -> dict:
+    def _wait(self, accept: Callable[[dict], bool | None]) -> dict:
         """Frames until one that ``accept`` takes, or the zygote's end packet (returned).
         Events are handled on the way; anything else is a violation."""
         while True:
@@ -226,9 +225,9 @@ class _Conversation:
         for i, (ops, keys) in enumerate(self.phases):
             if i > 0 and (self.aborted or not self.send({"t": "phase", "ops": ops})):
                 break
-            g = self._wait(lambda g: g.get("t") == "phase")
+            g = self._wait(functools.partial(_has_type, "phase"))
             if g["t"] != "end":
-                g = self._wait(lambda g, i=i: g.get("t") == ("cells_done" if i == 0 else "ready"))
+                g = self._wait(functools.partial(_has_type, "cells_done" if i == 0 else "ready"))
             if g["t"] == "end":
                 return g["end"]
             if i == 0:
@@ -303,7 +302,7 @@ class _Conversation:
             name, standins = self.job.standins.get(key, (key, []))
             if name in self.missing or name in self.not_own or name in self.lost:
                 continue
-            if key in self.job.when and not self._decide(key):
+            if key in self.job.standins and self.job.hook is not None and not self._decide(key):
                 self.skipped.add(key)
                 continue
             # All of this function's calls go out together: the student's process answers them
@@ -318,7 +317,7 @@ class _Conversation:
                     break  # it ended (or tampered): what it answered before still counts
                 sent += 1
             for i in range(sent):
-                g = self._wait(lambda g, k=k + i, s=standins: self._reply_or_forward(g, k, s))
+                g = self._wait(functools.partial(self._reply_or_forward, k=k + i, standins=standins))
                 if g["t"] == "end":
                     return g["end"]
                 self.outcomes[key][i] = self._outcome(g)
@@ -328,22 +327,25 @@ class _Conversation:
         return None
 
     def _decide(self, key: str) -> bool:
+        """Whether the stand-in run ``key`` is needed, as the job's hook says from the replies so far."""
+        assert self.job.hook is not None
         try:
-            return bool(self.job.when[key](self.outcomes))
+            return bool(self.job.hook.needed(key, self.outcomes))
         except Exception:  # noqa: BLE001 - a failed decision runs the stand-in (it can only help)
             return True
 
     def _reply_or_forward(self, g: dict, k: int, standins: list[str]) -> bool | None:
         """True for the reply to call ``k``. A stand-in's call (``ref_call``) made while this call
-        runs, for one of ``standins``, is answered here by the reference, in the grading process
-        (the reference's code never enters the student's process); one made at any other time,
-        or for another function, is a violation."""
+        runs, for one of ``standins``, is answered here by the job's hook (the reference, run in
+        the grading process: its code never enters the student's process), within the time left
+        for stand-ins; one made at any other time, or for another function, is a violation."""
         if g.get("t") == "reply" and g.get("id") == k:
             return True
         if g.get("t") != "ref_call":
             return False
         name = g.get("fn")
-        if name not in standins or name not in self.job.references or self.forwarded >= _MAX_FORWARDED:
+        hook = self.job.hook
+        if name not in standins or hook is None or not hook.stands_in(name) or self.forwarded >= _MAX_FORWARDED:
             self._violation("a call forwarded to the grader outside the stand-in it was allowed for")
             return None
         self.forwarded += 1
@@ -351,12 +353,10 @@ class _Conversation:
             args, pairs = decode_value(g.get("value"), g["_blobs"], self.budget, tags=protocol.ARG_TAGS)
             kwargs = {str(k): v for k, v in pairs}
             t0 = time.monotonic()
-            out = bounded_call(
-                self.job.references[name], Call(tuple(args), kwargs), _STANDIN_BYTES, self._standin_seconds()
-            )
+            out = hook.forward(name, tuple(args), kwargs, self._standin_seconds())
             self.standin_spent += time.monotonic() - t0
         except (BadResult, TypeError, ValueError) as e:
-            out = Outcome("error", message=f"its arguments could not be read ({_clip_str(str(e), 200)})")
+            out = Reply("error", message=f"its arguments could not be read ({_clip_str(str(e), 200)})")
         reply: dict[str, Any] = {"t": "ref_reply", "status": out.status, "msg": out.message}
         blobs: list[bytes] = []
         if out.status == "ok":
@@ -370,22 +370,27 @@ class _Conversation:
         call = self.runner.limits.call_seconds * protocol.CALL_WALL_FACTOR
         return max(0.0, min(call, self.runner.limits.submission_seconds - self.standin_spent))
 
-    def _outcome(self, g: dict) -> Outcome:
+    def _outcome(self, g: dict) -> Reply:
         seen = [_clip_str(s, 120) for s in g.get("seen", [])][:20] if isinstance(g.get("seen"), list) else []
         status = g.get("status")
-        if status not in OUTCOME_STATUSES:
-            return Outcome("bad_type", message="returned a value that cannot be read", seen=seen)
+        if status not in REPLY_STATUSES:
+            return Reply("bad_type", message="returned a value that cannot be read", seen=seen)
         largest = g.get("largest")
         largest = largest if type(largest) is int and largest >= 0 else 0
         if status != "ok":
-            return Outcome(status, message=_clip_str(g.get("msg")), seen=seen)
+            return Reply(status, message=_clip_str(g.get("msg")), seen=seen)
         try:
             value = decode_value(g.get("value"), g["_blobs"], self.budget)
         except BadResult as e:
-            return Outcome("bad_type", message=str(e), seen=seen)
+            return Reply("bad_type", message=str(e), seen=seen)
         except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as e:
-            return Outcome("bad_type", message=f"returned a value that cannot be read ({type(e).__name__})", seen=seen)
-        return Outcome("ok", value=value, seen=seen, largest=largest)
+            return Reply("bad_type", message=f"returned a value that cannot be read ({type(e).__name__})", seen=seen)
+        return Reply("ok", value=value, seen=seen, largest=largest)
+
+
+def _has_type(t: str, g: dict) -> bool:
+    """Whether frame ``g`` is of type ``t`` (what :meth:`_Conversation._wait` waits for)."""
+    return g.get("t") == t
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,13 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from ...grading import opwatch
+from .jobs import WatchLists
 from .worker.protocol import BOOTSTRAP, SCRATCH
 
 __all__ = ["ISOLATION_LEVELS", "detect_isolation", "probe", "allowlist", "command", "spawner", "killpg", "under"]
 
 T = TypeVar("T")
 WORKER = Path(__file__).resolve().parent / "worker"  # the worker package, bound read-only into the jail
-OPWATCH = Path(opwatch.__file__).resolve()  # the runtime layer, loaded by the worker from its source
 ISOLATION_LEVELS = ("bubblewrap", "namespaces", "none")
 
 _detected: str | None = None
@@ -62,7 +61,7 @@ def probe(isolation: str) -> bool:
     if sys.platform != "linux":
         return False
     try:
-        cmd, env, _ = command(isolation, [], probe=True)
+        cmd, env, _ = command(isolation, [], None)
         out = spawner.run(cmd, env=env, timeout=60)
     except (OSError, subprocess.SubprocessError, ValueError):
         return False
@@ -145,11 +144,13 @@ def allowlist(hide: list[str]) -> list[list[str]]:
     return spec
 
 
-def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[str], dict[str, str], str | None]:
+def command(isolation: str, hide: list[str], watch: WatchLists | None) -> tuple[list[str], dict[str, str], str | None]:
     """The zygote's command line and environment; the last item is a host temp dir to remove later.
 
     The worker package is started by :data:`~.worker.protocol.BOOTSTRAP` from the folder that
-    holds it (``/sandbox`` under bubblewrap, where it is bound read-only at ``/sandbox/worker``)."""
+    holds it (``/sandbox`` under bubblewrap, where it is bound read-only at ``/sandbox/worker``).
+    ``watch`` is what the warm worker prepares for the runtime layer (bound read-only at
+    ``/sandbox/opwatch.py``); without it, the command only probes the jail (``--probe``)."""
     # The sandbox's writable folder is SCRATCH, not /tmp: the course's own files (the venv) may
     # live under /tmp (a CI checkout), and a tmpfs on /tmp would hide them.
     env = {
@@ -172,28 +173,36 @@ def command(isolation: str, hide: list[str], probe: bool = False) -> tuple[list[
         "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
     }
     py = [sys.executable, "-S", "-s", "-B", *(["-P"] if sys.version_info >= (3, 11) else []), "-c", BOOTSTRAP]
-    functions, operators = watched()
-    args = ["--isolation", isolation, "--watch-functions", ",".join(functions), "--watch-ops", ",".join(operators)]
+    args = ["--isolation", isolation]
+    if watch is not None:
+        args += ["--watch-functions", ",".join(watch.functions), "--watch-ops", ",".join(watch.ops)]
     for d in _site_dirs():
         args += ["--site", d]
-    if probe:
+    if watch is None:
         args.append("--probe")
+    opwatch = str(Path(watch.opwatch).resolve()) if watch is not None else None
     tmp = None
     if isolation == "bubblewrap":
-        cmd = _bwrap_command(py, args, hide)
+        cmd = _bwrap_command(py, args, hide, opwatch)
     elif isolation == "namespaces":
-        cmd = [*py, str(WORKER.parent), *args, "--opwatch", str(OPWATCH), "--root", json.dumps(allowlist(hide))]
+        cmd = [*py, str(WORKER.parent), *args, *_opwatch_arg(opwatch), "--root", json.dumps(allowlist(hide))]
     elif isolation == "none":
         tmp = tempfile.mkdtemp(prefix="sandbox-zygote-")
         os.chmod(tmp, 0o711)  # the unprivileged job may enter its own scratch folder, not list the others
         env.update({"HOME": tmp, "TMPDIR": tmp, "MPLCONFIGDIR": os.path.join(tmp, "matplotlib")})
-        cmd = [*py, str(WORKER.parent), *args, "--opwatch", str(OPWATCH)]
+        cmd = [*py, str(WORKER.parent), *args, *_opwatch_arg(opwatch)]
     else:
         raise ValueError(f"unknown isolation {isolation!r}")
     return cmd, env, tmp
 
 
-def _bwrap_command(py: list[str], args: list[str], hide: list[str]) -> list[str]:
+def _opwatch_arg(path: str | None) -> list[str]:
+    """The worker's ``--opwatch`` argument for the operator watch's source at ``path`` (none
+    when probing)."""
+    return ["--opwatch", path] if path is not None else []
+
+
+def _bwrap_command(py: list[str], args: list[str], hide: list[str], opwatch: str | None) -> list[str]:
     """Bubblewrap's command line: new namespaces, the capabilities the zygote needs for each
     job's jail, the allowlisted root (:func:`_bwrap_mounts`), then the worker (``py``, ``args``)."""
     cmd = [
@@ -225,9 +234,7 @@ def _bwrap_command(py: list[str], args: list[str], hide: list[str]) -> list[str]
         "--ro-bind",
         str(WORKER),
         "/sandbox/worker",
-        "--ro-bind",
-        str(OPWATCH),
-        "/sandbox/opwatch.py",
+        *(["--ro-bind", opwatch, "/sandbox/opwatch.py"] if opwatch is not None else []),
         "--remount-ro",
         "/",
         "--chdir",
@@ -235,8 +242,7 @@ def _bwrap_command(py: list[str], args: list[str], hide: list[str]) -> list[str]
         *py,
         "/sandbox",
         *args,
-        "--opwatch",
-        "/sandbox/opwatch.py",
+        *_opwatch_arg("/sandbox/opwatch.py" if opwatch is not None else None),
     ]
     return cmd
 
@@ -265,18 +271,6 @@ def _bwrap_mounts(spec: list[list[str]]) -> list[str]:
         elif item[0] == "proc":
             cmd += ["--proc", item[1]]
     return cmd
-
-
-def watched() -> tuple[list[str], list[str]]:
-    """Every torch function (dotted path) and aten operator that a rule can forbid: the warm
-    worker resolves the functions and wraps the operators' kernels once
-    (:mod:`course_lib.grading.opwatch`), so that no job pays for it."""
-    from ...grading.forbidden import OPS_OF_RULE
-    from ...grading.registry import ASSIGNMENTS, exercises_of
-
-    rules = {r for slug in ASSIGNMENTS for ex in exercises_of(slug) for r in ex.forbidden} | set(OPS_OF_RULE)
-    functions = sorted(r for r in rules if ":" not in r)
-    return functions, sorted({op for ops in OPS_OF_RULE.values() for op in ops})
 
 
 class Spawner:

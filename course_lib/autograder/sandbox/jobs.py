@@ -1,19 +1,97 @@
 """A sandbox job: its limits, its calls, what it gave, its phases, and the pipes it talks over
-(see :mod:`course_lib.autograder.sandbox.runner`)."""
+(see :mod:`course_lib.autograder.sandbox.runner`).
+
+The sandbox knows no rubric: a job's calls are plain arguments (:class:`Arguments`), what comes
+back is a :class:`Reply` each, and whether a stand-in run is needed and what a stand-in's call
+answers are asked of the job's :class:`StandIns` hook, which the autograder supplies
+(:mod:`course_lib.autograder.sandbox_adapter`).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from ...grading.model import Call, Outcome
-from ...grading.run import CALL_TIME_LIMIT
 from ..untrusted_text import student_message
 from .worker import protocol
 
-__all__ = ["Limits", "Job", "RunResult", "SandboxUnavailable", "plan_phases"]
+__all__ = [
+    "Arguments",
+    "CALL_SECONDS",
+    "Reply",
+    "REPLY_STATUSES",
+    "StandIns",
+    "WatchLists",
+    "Limits",
+    "Job",
+    "RunResult",
+    "SandboxUnavailable",
+    "plan_phases",
+]
+
+#: Seconds one call of a student's function may take (the grading checks' own limit,
+#: :data:`course_lib.grading.run.CALL_TIME_LIMIT`; tests/autograder/test_sandbox.py holds them equal).
+CALL_SECONDS = 10.0
+
+#: What a call can come to (the grading checks' outcome statuses, held equal by a test).
+REPLY_STATUSES: tuple[str, ...] = ("ok", "not_implemented", "error", "timeout", "bad_type")
+
+
+class Arguments(Protocol):
+    """One call's arguments, plain data only (tensors, numbers, strings, ``None`` and tuples
+    of those); :class:`course_lib.grading.model.Call` is one."""
+
+    @property
+    def args(self) -> tuple: ...
+
+    @property
+    def kwargs(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one call gave: ``status`` (one of :data:`REPLY_STATUSES`), ``value`` (plain data
+    when ``"ok"``), ``message``, ``seen`` (forbidden torch calls that ran, as the runtime layer
+    named them) and ``largest`` (elements of the largest new float tensor, when measured)."""
+
+    status: str
+    value: Any = None
+    message: str = ""
+    seen: list[str] = field(default_factory=list)
+    largest: int = 0
+
+
+class StandIns(Protocol):
+    """The autograder's hook for a job's stand-in runs (see :attr:`Job.standins`): the sandbox
+    holds no reference function and judges nothing itself."""
+
+    def needed(self, key: str, replies: Mapping[str, Sequence[Reply | None]]) -> bool:
+        """Whether to make the stand-in run ``key``, given the replies so far (None: not yet)."""
+        ...
+
+    def stands_in(self, name: str) -> bool:
+        """Whether the hook answers calls of the graded function ``name``."""
+        ...
+
+    def forward(self, name: str, args: tuple, kwargs: dict[str, Any], seconds: float) -> Reply:
+        """The reply to a stand-in's call of ``name``, made in the grading process within
+        ``seconds``; never raises for anything in the arguments."""
+        ...
+
+
+@dataclass(frozen=True)
+class WatchLists:
+    """What the warm worker prepares for the runtime layer: the source file of the operator
+    watch it loads (``opwatch``: standard library and torch only), the torch functions
+    (dotted paths) it resolves and the aten operators whose kernels it wraps, once, so that
+    no job pays for it. The autograder computes them from the rules (``watch_lists``)."""
+
+    opwatch: Path
+    functions: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ()
 
 
 class SandboxUnavailable(RuntimeError):
@@ -24,7 +102,7 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
     """Resource limits of one submission (see the module docstring)."""
 
-    call_seconds: float = CALL_TIME_LIMIT  # one call of a student function (CPU time; wall-clock backstop 5x)
+    call_seconds: float = CALL_SECONDS  # one call of a student function (CPU time; wall-clock backstop 5x)
     submission_seconds: float = 60.0  # whole submission (cells + all calls), wall clock
     memory_mb: int = 1024  # all the submission's processes together (cgroup), and each (rlimit)
     processes: int = 32  # max processes/threads for the sandboxed uid
@@ -40,23 +118,22 @@ class Job:
     (:meth:`course_lib.grading.exercise_spec.Exercise.watch`)."""
 
     cells: list[str]
-    calls: dict[str, list[Call]]
+    calls: dict[str, list[Arguments]]
     watch: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: run key -> (the function to call, the graded callees whose calls are forwarded to the
-    #: grader's ``references`` while it runs): a second run of a function, made after every
-    #: function's own calls, only when ``when[key]`` says so given the outcomes so far
+    #: run key -> (the function to call, the graded callees whose calls are forwarded to
+    #: ``hook`` while it runs): a second run of a function, made after every function's own
+    #: calls, only when ``hook.needed`` says so given the replies so far
     standins: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
-    references: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    when: dict[str, Callable[[dict[str, list[Outcome | None]]], bool]] = field(default_factory=dict)
+    hook: StandIns | None = None
 
 
 @dataclass
 class RunResult:
-    """What running one submission gave. ``outcomes`` has the keys and lengths of ``Job.calls``;
-    an ``ok`` outcome's value is plain data (tensors, numbers, tuples) rebuilt from arrays, and
-    its ``seen`` lists forbidden torch calls that ran."""
+    """What running one submission gave. ``outcomes`` has the keys and lengths of ``Job.calls``
+    (less the stand-in runs not needed); an ``ok`` reply's value is plain data (tensors,
+    numbers, tuples) rebuilt from arrays, and its ``seen`` lists forbidden torch calls that ran."""
 
-    outcomes: dict[str, list[Outcome]]
+    outcomes: dict[str, list[Reply]]
     missing: list[str]
     cell_errors: list[str]
     reference_access: list[str]
@@ -101,7 +178,7 @@ def plan_phases(job: Job) -> list[tuple[list[str], list[str]]]:
 
 
 def _clip_str(v: Any, limit: int = 500) -> str:
-    """A string that came out of the sandbox, made safe to keep (see :mod:`course_lib.autograder.text`)."""
+    """A string that came out of the sandbox, made safe to keep (see :mod:`course_lib.autograder.untrusted_text`)."""
     return student_message(v, limit) if isinstance(v, str) else ""
 
 

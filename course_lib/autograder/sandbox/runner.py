@@ -68,16 +68,15 @@ import weakref
 from dataclasses import asdict
 from typing import IO, Any
 
-from ...grading.model import Outcome
 from ..notebook import python_source
 from ..untrusted_text import valid_utf8
 from . import isolation as iso
 from .cgroup import MemoryCgroup
 from .conversation import _Conversation, _Ending
-from .jobs import Job, Limits, RunResult, SandboxUnavailable, _Lost, _NotSent, _Pipes, plan_phases
+from .jobs import Job, Limits, Reply, RunResult, SandboxUnavailable, WatchLists, _Lost, _NotSent, _Pipes, plan_phases
 from .worker.protocol import recv_packet, send_packet
 
-__all__ = ["Limits", "Job", "RunResult", "Runner", "SandboxUnavailable", "plan_phases"]
+__all__ = ["Limits", "Job", "Reply", "RunResult", "Runner", "SandboxUnavailable", "WatchLists", "plan_phases"]
 
 BASE_UID = 60000
 _READY_SECONDS = 180.0  # a cold start imports torch; a loaded machine can be slow
@@ -101,6 +100,9 @@ class Runner:
             mounted, and covered should they lie inside an allowed folder.
         isolation: force one isolation level (``"bubblewrap"``, ``"namespaces"`` or
             ``"none"``) instead of choosing by ``mode``; refused if it does not work here.
+        watch: what the warm worker prepares for the runtime layer (the operator watch's
+            source, the torch functions and operators every rule can forbid); the autograder
+            computes it (:func:`course_lib.autograder.sandbox_adapter.watch_lists`).
     """
 
     def __init__(
@@ -110,6 +112,8 @@ class Runner:
         slot: int = 0,
         hide: list[str] | None = None,
         isolation: str | None = None,
+        *,
+        watch: WatchLists,
     ):
         if mode not in ("auto", "required", "off"):
             raise ValueError(f"sandbox mode must be 'auto', 'required' or 'off', not {mode!r}")
@@ -119,6 +123,7 @@ class Runner:
             raise ValueError("slot must be between 0 and 4999")
         self.uid = BASE_UID + self.slot
         self.hide = [str(h) for h in (hide or [])]
+        self.watch = watch
         if isolation is not None:
             if isolation not in iso.ISOLATION_LEVELS:
                 raise ValueError(f"unknown isolation {isolation!r}")
@@ -175,7 +180,7 @@ class Runner:
             cgroup.remove()
 
     def _start(self) -> None:
-        cmd, env, tmp = iso.command(self.isolation, self.hide)
+        cmd, env, tmp = iso.command(self.isolation, self.hide, self.watch)
         if self.cgroup is None:
             self.cgroup = MemoryCgroup.create(f"course-lib-{os.getpid()}-slot{self.slot}")
         if self.cgroup is not None:
@@ -448,18 +453,18 @@ class Runner:
     def __enter__(self) -> Runner:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
         return f"Runner(isolation={self.isolation!r}, slot={self.slot}, limits={self.limits})"
 
 
-def _final_outcomes(job: Job, conv: _Conversation, why: str) -> dict[str, list[Outcome]]:
+def _final_outcomes(job: Job, conv: _Conversation, why: str) -> dict[str, list[Reply]]:
     """Each graded key's outcomes (the stand-in runs not needed left out), a call that got no
     answer failed with the reason it did not run (``why``: how the job ended, where no reason
     of the function's own applies)."""
-    final: dict[str, list[Outcome]] = {}
+    final: dict[str, list[Reply]] = {}
     for key, outs in conv.outcomes.items():
         if key in conv.skipped:
             continue
@@ -468,12 +473,12 @@ def _final_outcomes(job: Job, conv: _Conversation, why: str) -> dict[str, list[O
         for o in outs:
             if o is None:
                 if n in conv.missing:
-                    o = Outcome("error", message=f"not run: no function named {n} was defined")
+                    o = Reply("error", message=f"not run: no function named {n} was defined")
                 elif n in conv.not_own:
-                    o = Outcome("error", message=f"not run: {n} is {conv.not_own[n]}")
+                    o = Reply("error", message=f"not run: {n} is {conv.not_own[n]}")
                 elif n in conv.lost:
-                    o = Outcome("error", message=f"not run: {n} is held for review (see the note)")
+                    o = Reply("error", message=f"not run: {n} is held for review (see the note)")
                 else:
-                    o = Outcome("error", message=f"not run: {why}")
+                    o = Reply("error", message=f"not run: {why}")
             final[key].append(o)
     return final

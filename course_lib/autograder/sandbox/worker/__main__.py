@@ -7,7 +7,7 @@ the package is imported here, up front: in namespaces mode the worker's own fold
 once the root file system is built.
 
 Arguments: ``--isolation bubblewrap|namespaces|none``, ``--opwatch PATH`` (the runtime-watch
-module's source, read at once), ``--watch-functions A,B`` and ``--watch-ops A,B`` (the torch
+module's source, read at once; not given to a probe), ``--watch-functions A,B`` and ``--watch-ops A,B`` (the torch
 functions it resolves and the aten operators whose kernels it wraps once, warm), ``--site DIR`` (repeatable: where numpy and torch live),
 ``--root JSON`` (namespaces mode: the allowlist to build the root from), ``--probe`` (run the
 jail recipe and print ``probe-ok``, without torch).
@@ -60,8 +60,10 @@ def main(argv: list[str], home: str | None = None) -> int:
         elif a == "--probe":
             args["--probe"] = True
     isolation = args["--isolation"]
-    with open(args["--opwatch"]) as f:  # read now: in namespaces mode the folder is hidden next
-        opwatch_source = f.read()
+    opwatch_source = ""  # a probe needs none
+    if args["--opwatch"] is not None:
+        with open(args["--opwatch"]) as f:  # read now: in namespaces mode the folder is hidden next
+            opwatch_source = f.read()
     hide = {os.path.abspath(home or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
     hide.add(os.path.dirname(os.path.abspath(__file__)))
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) not in hide]

@@ -80,7 +80,7 @@ def run_student(
     with open("/proc/self/statm", "rb") as f:
         vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     as_limit = vm_bytes + int(limits["memory_mb"]) * (1 << 20)
-    cpu = int(math.ceil(float(limits["submission_seconds"]))) + 2
+    cpu = math.ceil(float(limits["submission_seconds"])) + 2
     rlimits = (
         (resource.RLIMIT_AS, as_limit),
         (resource.RLIMIT_CORE, 0),

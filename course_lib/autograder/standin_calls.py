@@ -1,7 +1,7 @@
 """A reference call made in the grading process on a student's arguments, bounded in memory and time.
 
-A stand-in (the reference answering for a student's graded callee, see
-:class:`~course_lib.autograder.sandbox.runner.Runner`) runs in the grading process, on
+A stand-in (the reference answering for a student's graded callee, forwarded by the sandbox
+to the autograder's hook, :class:`~course_lib.autograder.sandbox_adapter.StandInHook`) runs in the grading process, on
 arguments the student's code chose. Small arguments can still ask for huge work: ``q`` of
 shape ``(n, 1, 1, 1)`` and ``k`` of ``(1, n, 1, 1)`` broadcast into ``n``-squared scores,
 12,000 of them enough to have the grading process killed for memory. So while the reference
@@ -24,8 +24,8 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...grading.model import Call, Outcome
-from ...grading.run import call_once
+from ..grading.model import Call, Outcome
+from ..grading.run import call_once
 
 __all__ = ["bounded_call"]
 
