@@ -73,8 +73,17 @@ EXPORTS = {
     "feedback_md": ["feedback", "--format", "md", "--out", "{o}/feedback_md"],
     "feedback_html": ["feedback", "--format", "html", "--out", "{o}/feedback_html"],
     "report_md": ["report", "--format", "md", "--exercises", "{tree}/exercises", "--solutions", "{tree}/solutions"],
-    "report_html": ["report", "--format", "html", "--out", "{o}/report_html"]
-    + ["--exercises", "{tree}/exercises", "--solutions", "{tree}/solutions"],
+    "report_html": [
+        "report",
+        "--format",
+        "html",
+        "--out",
+        "{o}/report_html",
+        "--exercises",
+        "{tree}/exercises",
+        "--solutions",
+        "{tree}/solutions",
+    ],
 }
 
 
@@ -166,7 +175,7 @@ def build_class(tree: Path, out: Path, n: int) -> tuple[Path, Path, Path, Path, 
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         stamps.append(path)
     roster = out / "roster.csv"
-    students = sorted(p.name for p in first.iterdir()) + ["never_submitted"]
+    students = [*sorted(p.name for p in first.iterdir()), "never_submitted"]
     roster.write_text("student\n" + "\n".join(students) + "\n", encoding="utf-8")
     return first, second, stamps[0], stamps[1], roster
 
@@ -183,7 +192,7 @@ def dump(db: Path) -> list[str]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
         for table in tables:
-            cur = conn.execute(f"SELECT * FROM {table}")  # noqa: S608 - names from sqlite_master
+            cur = conn.execute(f"SELECT * FROM {table}")
             cols = [c[0] for c in cur.description]
             for row in cur:
                 values = dict(zip(cols, row, strict=True))
