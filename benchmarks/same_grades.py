@@ -192,7 +192,7 @@ def dump(db: Path) -> list[str]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
         for table in tables:
-            cur = conn.execute(f"SELECT * FROM {table}")
+            cur = conn.execute(f"SELECT * FROM {table}")  # table names from sqlite_master
             cols = [c[0] for c in cur.description]
             for row in cur:
                 values = dict(zip(cols, row, strict=True))
