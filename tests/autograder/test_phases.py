@@ -8,10 +8,14 @@ each isolation level, then an honest job checks that nothing of the attack survi
 
 from __future__ import annotations
 
+import dataclasses
+import signal
+
 import pytest
 import torch
 from test_sandbox import LEVELS, LIMITS, check_honest, honest_job, uid_processes
 
+from course_lib.autograder.sandbox.conversation import _Ending
 from course_lib.autograder.sandbox.runner import Job, Reply, Runner, plan_phases
 from course_lib.autograder.sandbox_adapter import watch_lists
 from course_lib.grading.forbidden import watch_spec
@@ -239,3 +243,41 @@ def test_the_audit_hook_cannot_be_fooled_by_rebinding_builtins_or_its_modules_na
     res = graded(runner, cells, {"softmax": [Call((X,))]})
     assert res.status == "review" and any("ctypes.addressof" in v for v in res.violations), res
     check_honest(runner.run(honest_job()[0]))
+
+
+HANG = (
+    "import signal\ndef first():\n    return 1\n\ndef hang():\n    for s in (signal.SIGALRM, signal.SIGPROF):\n"
+    "        signal.signal(s, signal.SIG_IGN)\n    while True:\n        pass\n\ndef later():\n    return 2"
+)
+
+
+def test_a_phase_that_runs_out_of_cpu_time_is_a_timeout_not_a_crash(runner):
+    # a phase's process has the submission's CPU time (+ 2 s) of its own; three phases give the
+    # job three times the wall clock, so a loop that ignores the per-call limit meets the CPU
+    # limit first. That is the submission's time limit, not a crash or a memory kill.
+    sdpa = watch_spec(["torch.nn.functional.scaled_dot_product_attention"])
+    job = Job(
+        cells=[HANG],
+        calls={"first": [Call()], "hang": [Call()], "later": [Call()]},
+        watch={"hang": SOFTMAX, "later": sdpa},
+    )
+    assert len(plan_phases(job)) == 3
+    runner.limits = dataclasses.replace(LIMITS, submission_seconds=2.0)
+    try:
+        res = runner.run(job)
+    finally:
+        runner.limits = LIMITS
+    assert res.status == "timeout" and "stopped after 2 s of CPU time" in res.message, res
+    assert "memory" not in res.message and res.outcomes["first"][0].value == 1
+    assert res.outcomes["hang"][0].status != "ok" and "timed out" in res.outcomes["later"][0].message
+    assert uid_processes(runner.uid) == []
+    check_honest(runner.run(honest_job()[0]))
+
+
+def test_a_phase_killed_before_its_cpu_limit_is_a_crash():
+    # the keeper says whether the kernel's CPU count reached the limit; a SIGKILL without that
+    # (memory, the machine) stays a crash, and a phase that exited stays what it was
+    assert _Ending.of_phase({"code": -signal.SIGKILL, "cpu_out": True}) == ("timeout", _Ending("cpu"))
+    assert _Ending.of_phase({"code": -signal.SIGKILL, "cpu_out": False}) == ("crashed", _Ending("signal", "SIGKILL"))
+    assert _Ending.of_phase({"code": 3}) == ("crashed", _Ending("exit", "3"))
+    assert _Ending.of_phase({"code": -signal.SIGKILL, "cpu_out": "yes"})[0] == "crashed"

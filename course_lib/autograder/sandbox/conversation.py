@@ -397,7 +397,8 @@ def _has_type(t: str, g: dict) -> bool:
 class _Ending:
     """How a job's student process ended, from the zygote's end packet (see
     :mod:`.worker.zygote`): ``kind`` is ``"exit"`` (``detail``: the exit code), ``"signal"``
-    (its name), ``"memory"``, ``"review"``, ``"lost"`` (the worker died or hung), or another
+    (its name), ``"memory"``, ``"timeout"`` (the job's wall clock), ``"cpu"`` (a phase's CPU
+    time), ``"review"``, ``"lost"`` (the worker died or hung), or another
     reason of the zygote's, with ``detail`` in words."""
 
     kind: str
@@ -414,6 +415,14 @@ class _Ending:
             return _Ending("signal", signal.Signals(-code).name)
         except ValueError:
             return _Ending("signal", str(-code))
+
+    @staticmethod
+    def of_phase(end: dict) -> tuple[str, _Ending]:
+        """The run's status and the ending, from the ``phase_end`` of a phase's process that
+        ended before its work was done: a timeout when its CPU time limit stopped it."""
+        if end.get("cpu_out") is True:
+            return "timeout", _Ending("cpu")
+        return "crashed", _Ending.of_code(end.get("code"))
 
     @staticmethod
     def of(end: dict, bye: bool) -> tuple[str, _Ending]:

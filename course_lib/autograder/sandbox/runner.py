@@ -369,7 +369,7 @@ class Runner:
                     raise SandboxUnavailable(valid_utf8(end.get("message"))[:2000])
                 status, why_ended = _Ending.of(end, conv.bye)
                 if conv.child_end is not None:  # a phase's process ended first: that is what happened
-                    status, why_ended = "crashed", _Ending.of_code(conv.child_end.get("code"))
+                    status, why_ended = _Ending.of_phase(conv.child_end)
                 tail = valid_utf8(conv.pipes.tail.text())[-8000:]
             if conv.violations:
                 status, why_ended = "review", _Ending("review", "; ".join(conv.violations))
@@ -407,10 +407,11 @@ class Runner:
                 "it sent is graded yet: the submission is held for an instructor to review."
             )
         if status == "timeout":
+            spent = " of CPU time" if kind == "cpu" else ""
             return (
-                f"Your notebook was stopped after {lim.submission_seconds:g} s, the time limit for a whole "
-                f"submission (an infinite loop, or code that ignores the {lim.call_seconds:g} s limit per "
-                f"call?).{rest}"
+                f"Your notebook was stopped after {lim.submission_seconds:g} s{spent}, the time limit for a "
+                f"whole submission (an infinite loop, or code that ignores the {lim.call_seconds:g} s limit "
+                f"per call?).{rest}"
             )
         if kind == "exit":
             return (

@@ -30,6 +30,8 @@ phase or read the next one's inputs.
 from __future__ import annotations
 
 import os
+import resource
+import signal
 from typing import Any
 
 from . import audit
@@ -94,24 +96,36 @@ def _phase(h: Any, i: int, ops: list[str]) -> int:
     h.psender.rekey(end_key, restart=False)
     os.write(go_w, b"g")
     os.close(go_w)
-    status = _wait_for(pid)
+    status, cpu = _wait_for(pid)
     h._kill_strays()
     code = os.waitstatus_to_exitcode(status)
-    end: dict[str, Any] = {"t": "phase_end", "i": i, "code": code}
+    end: dict[str, Any] = {"t": "phase_end", "i": i, "code": code, "cpu_out": _out_of_cpu(code, cpu)}
     h.psender.send(end)
     return 0 if code == 0 else (code & 0xFF) or 70
 
 
-def _wait_for(pid: int) -> int:
-    """The wait status of child ``pid``, reaping on the way the orphans of the phase (the
-    processes its cells started are reparented to the keeper)."""
+def _wait_for(pid: int) -> tuple[int, float]:
+    """The wait status of child ``pid`` and the CPU seconds it used, reaping on the way the
+    orphans of the phase (the processes its cells started are reparented to the keeper)."""
     while True:
         try:
-            got, status = os.waitpid(-1, 0)
+            got, status, usage = os.wait4(-1, 0)
         except ChildProcessError:
-            return 0
+            return 0, 0.0
         if got == pid:
-            return status
+            return status, usage.ru_utime + usage.ru_stime
+
+
+def _out_of_cpu(code: int, cpu: float) -> bool:
+    """Whether a phase's process that ended with exit code ``code`` after ``cpu`` seconds of CPU
+    was stopped by its CPU time limit (the keeper's own, which every child inherits): the
+    kernel sends SIGXCPU at the soft limit and SIGKILL at the hard one. Its CPU time is the
+    kernel's count, out of the student's reach; a kill for memory well before the limit is not
+    taken for one."""
+    if code not in (-signal.SIGKILL, -signal.SIGXCPU):
+        return False
+    soft = resource.getrlimit(resource.RLIMIT_CPU)[0]
+    return soft != resource.RLIM_INFINITY and cpu >= soft - 0.5
 
 
 def _child(h: Any, i: int, ops: list[str]) -> int:
