@@ -84,11 +84,13 @@ def spread(name: str, rows: list[dict]) -> str:
     """One line: the minimum, median and maximum fresh accuracy and training time over seeds."""
     acc = [r["fresh_exact_accuracy"] for r in rows]
     secs = [r["train_seconds"] for r in rows]
+    steps = [r["steps"] for r in rows]
     below = sum(a < TARGET for a in acc)
     return (
         f"  {name}, {len(rows)} seeds: fresh exact min {min(acc):.1%}, median {statistics.median(acc):.1%}, "
         f"max {max(acc):.1%} ({below} below {TARGET:.1%}); training s min {min(secs):.1f}, "
-        f"median {statistics.median(secs):.1f}, max {max(secs):.1f}"
+        f"median {statistics.median(secs):.1f}, max {max(secs):.1f}; steps min {min(steps)}, "
+        f"median {statistics.median(steps):g}, max {max(steps)}"
     )
 
 

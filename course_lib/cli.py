@@ -75,7 +75,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     config = default_config(args.task, args.model, seed=args.seed, **overrides)
     out = args.out or f"checkpoints/{args.task}-{args.model}-seed{args.seed}.pt"
     _, _, metrics = train(config, out=out, threads=args.threads, device=args.device)
-    print(f"trained {args.model} on {args.task} for {config.steps} steps in {metrics['train_seconds']:.1f} s")
+    print(f"trained {args.model} on {args.task} for {metrics['steps']} steps in {metrics['train_seconds']:.1f} s")
     print(f"held-out exact-sequence accuracy: {metrics['test_exact_accuracy']:.2%} (1,000 test sequences)")
     print(f"checkpoint: {out}")
     return 0
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", choices=TASKS)
     p.add_argument("--model", choices=MODELS, default="transformer")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the tuned number)")
+    p.add_argument("--steps", type=int, default=None, help="most training steps (default: the tuned number)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
     p.add_argument("--out", default=None, help="checkpoint path (default: checkpoints/TASK-MODEL-seedN.pt)")
     p.add_argument(

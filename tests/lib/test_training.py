@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+import course_lib.training as training
 from course_lib.decoding import greedy_decode
 from course_lib.training import (
     _DEFAULTS,
@@ -172,6 +173,28 @@ def test_a_recipes_length_weighting_applies_to_the_sequence_tasks_only():
     assert default_config("dates", "transformer").length_power == 0.0  # dates have no lengths to weigh
     with pytest.raises(ValueError, match="length_power applies to the sequence tasks only"):
         train(default_config("dates", "transformer", length_power=0.5, steps=1), progress=False, threads=1)
+
+
+def test_training_stops_at_the_first_step_that_ends_enough_exact_batches_in_a_row(monkeypatch):
+    # every training batch's exactness as the loss sees it: all tokens right or padding
+    exact: list[bool] = []
+    loss_fn = training.label_smoothing_loss
+
+    def spy(logits, target, smoothing, ignore_index):
+        right = (logits.argmax(-1) == target) | (target == ignore_index)
+        exact.append(bool(right.all()))
+        return loss_fn(logits, target, smoothing, ignore_index=ignore_index)
+
+    monkeypatch.setattr(training, "label_smoothing_loss", spy)
+    monkeypatch.setattr(training, "evaluate", lambda m, t, n, seed: evaluate(m, t, n=20, seed=seed))
+    easy = dict(model="bahdanau", steps=300, batch_size=16, task_kwargs=dict(max_len=2))
+    _, _, metrics = train(tiny(**easy, stop_after_exact=3), progress=False, threads=1)
+    runs = [all(exact[i - 3 : i]) for i in range(3, len(exact) + 1)]
+    assert metrics["steps"] == len(exact) < 300  # it stopped early...
+    assert runs[-1] and not any(runs[:-1])  # ...at the first step that ended three exact batches
+    exact.clear()
+    _, _, always = train(tiny(**easy, stop_after_exact=0), progress=False, threads=1)  # no rule: every step
+    assert always["steps"] == len(exact) == 300 and sum(exact) > 3
 
 
 def test_benchmark_returns_the_numbers_make_bench_prints():
