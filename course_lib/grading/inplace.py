@@ -98,7 +98,7 @@ def function_source(fn: Any) -> str | None:
     """The source of a live function (a notebook cell's too), or None when it cannot be read."""
     try:
         return textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError):
+    except Exception:  # noqa: BLE001 - only a hint's words depend on it: never the check itself
         return None
 
 
