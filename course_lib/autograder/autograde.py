@@ -141,10 +141,12 @@ def standin_key(name: str) -> str:
 class Judged:
     """One job's reports, each function's judged once on its outcomes: the stand-in decisions
     (made while the job runs) and the record use the same reports, judged on the same outcomes
-    (``outcomes``: the sandbox's replies, each converted once)."""
+    (``outcomes``: the sandbox's replies, each converted once). ``sources`` (graded name -> the
+    source of its ``def``) name an input a function changes in place."""
 
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None, sources: dict[str, str] | None = None):
         self.seed = seed
+        self.sources = sources or {}
         self.outcomes = Outcomes()
         self._reports: dict[tuple[str, tuple[int, ...]], tuple[list[Outcome], Report]] = {}
 
@@ -152,7 +154,8 @@ class Judged:
         """``ex`` judged on its outcomes ``flat`` (in call order)."""
         key = (ex.name, tuple(id(o) for o in flat))
         if key not in self._reports:  # the outcomes are kept with their report: the ids stay theirs
-            self._reports[key] = (flat, judge(ex, split_outcomes(ex, flat, self.seed), seed=self.seed))
+            outcomes = split_outcomes(ex, flat, self.seed)
+            self._reports[key] = (flat, judge(ex, outcomes, seed=self.seed, source=self.sources.get(ex.name)))
         return self._reports[key][1]
 
 
@@ -300,7 +303,8 @@ def grade_submission(data: bytes, assignment: str, runner: Runner, seed: int | N
     except NotebookError as e:
         return refused_record(assignment, str(e), digest, isolation, seed)
     scan = NotebookScan(cells)
-    written = {"sources": function_sources(cells, [ex.name for ex in exercises]), "answers": think_answers(data)}
+    sources = function_sources(cells, [ex.name for ex in exercises])
+    written = {"sources": sources, "answers": think_answers(data)}
     fallbacks = sum(ex.unchanged(seed) for ex in exercises) if seed is not None else 0
     review = scan.review_flags()
     if review:
@@ -318,7 +322,7 @@ def grade_submission(data: bytes, assignment: str, runner: Runner, seed: int | N
     forbidden = {ex.name: scan.violations(ex.name, ex.forbidden) for ex in exercises}
     callees = _callees(scan, exercises, assignment, forbidden)
     runnable = skip_demos(scan.runnable_sources(), [ex.name for ex in exercises])  # demos are not graded
-    judged = Judged(seed)
+    judged = Judged(seed, sources)  # their sources name an input changed in place
     result = runner.run(make_job(runnable, exercises, seed, callees, forbidden, judged))
     outcomes = {key: [judged.outcomes.of(r) for r in replies] for key, replies in result.outcomes.items()}
     flags: list[str] = []

@@ -51,6 +51,7 @@ def outcome_of(reply: Reply) -> Outcome:
         message=reply.message,
         seen=list(reply.seen),
         largest=reply.largest,
+        changed=list(reply.changed),
     )
 
 

@@ -21,7 +21,8 @@ The modules, from the data to the words:
   fresh inputs from the instructor's seed
 - :mod:`.compare`: output against reference; :mod:`.judging`: outcomes to a :class:`Report`;
   :mod:`.report`: the report and how it is shown; :mod:`.feedback`: its words
-- :mod:`.standins`: references standing in for a failing graded callee
+- :mod:`.standins`: references standing in for a failing graded callee; :mod:`.inplace`: a
+  caller's tensors changed in place, found and named
 - forbidden calls: :mod:`.forbidden` (reading the code: rules, the one walker, the static and
   the live environment, bytecode), :mod:`.opwatch` and :mod:`.oplists` (the operators a call
   actually runs); what they read with: :mod:`.aliases`, :mod:`.graded_names`,
@@ -37,6 +38,7 @@ from typing import Any
 
 from .exercise_spec import Exercise, run_calls
 from .forbidden import violations_in_function
+from .inplace import function_source
 from .judging import judge, zero_report
 from .model import Call, Case, Mistake, Outcome
 from .registry import ASSIGNMENTS, assignment_of, exercise, exercises_of
@@ -88,7 +90,8 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     notes = violations_in_function(fn, ex.forbidden)
     if notes:
         return zero_report(ex, "forbidden", "; ".join(notes))
-    own = judge(ex, run_calls(fn, ex))  # the runtime layer watches the calls too
+    source = function_source(fn)  # names an in-place change of an input (:mod:`.inplace`)
+    own = judge(ex, run_calls(fn, ex), source=source)  # the runtime layer watches the calls too
     namespace = getattr(fn, "__globals__", None)
     callees = live_callees(fn, [n for n in ASSIGNMENTS[assignment_of(name)] if n != name])
     if own.passed or not callees or not isinstance(namespace, dict):
@@ -97,7 +100,7 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
         return own  # the callees are right: the student's own composition is the one to grade
     references = {c: exercise(c).reference for c in callees}
     with standing_in(namespace, references):
-        stand_in = judge(ex, run_calls(fn, ex))
+        stand_in = judge(ex, run_calls(fn, ex), source=source)
     return composed(own, stand_in, callees)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from .compare import default_judge
 from .exercise_spec import Exercise
 from .feedback import error_feedback, internal_feedback
+from .inplace import INPLACE_FEEDBACK, ArgPath, argument_words, inplace_message
 from .model import Case, Outcome
 from .report import Report, ReportStatus, TestResult
 
@@ -49,7 +50,11 @@ def runtime_note(seen: Sequence[str]) -> str:
 
 
 def judge(
-    exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], notes: Sequence[str] = (), seed: int | None = None
+    exercise: Exercise,
+    outcomes: Sequence[Sequence[Outcome]],
+    notes: Sequence[str] = (),
+    seed: int | None = None,
+    source: str | None = None,
 ) -> Report:
     """Score ``outcomes`` (from :func:`~course_lib.grading.exercise_spec.run_calls` or a sandbox)
     against the reference.
@@ -59,7 +64,9 @@ def judge(
     cases whose answer does not depend on the input values, earn their points only when every
     other value case passes (:meth:`~course_lib.grading.exercise_spec.Exercise.gated`). Every named
     mistake whose outputs equal the student's on a failed case is listed, unless the student
-    passes a case it fails.
+    passes a case it fails. A case whose call changed a tensor of its caller in place fails
+    too, even with the right values, and the change is named (``source``, the student's source
+    of the function when known, names the argument and the operation: :mod:`.inplace`).
     """
     seen = runtime_violations(outcomes)
     if seen:
@@ -87,6 +94,7 @@ def judge(
         elif result.passed:
             passed.add(i)
     _add_diagnoses(exercise, results, failed, passed, seed)
+    _fail_inplace(exercise, outcomes, results, source)
     _withhold_gated(exercise, results)
     status: ReportStatus
     if all_not_implemented:
@@ -181,6 +189,28 @@ def _diagnose(
             if same:
                 found.setdefault(i, []).append(run.mistake.message)
     return found
+
+
+def _fail_inplace(
+    exercise: Exercise, outcomes: Sequence[Sequence[Outcome]], results: list[TestResult], source: str | None
+) -> None:
+    """Fail each case whose calls changed a tensor of the caller (an outcome's ``changed``) and
+    name the change on it: a function that returns the right values but changes its inputs
+    breaks the code that calls it. Its values' feedback, if wrong, is kept."""
+    per_case: list[list[ArgPath]] = [[p for o in outs for p in o.changed] for outs in outcomes]
+    every = list(dict.fromkeys(p for paths in per_case for p in paths))
+    if not every:
+        return
+    message = inplace_message(exercise.name, every, exercise.reference, source)
+    for r, paths in zip(results, per_case, strict=False):
+        if not paths:
+            continue
+        if r.passed:
+            words = argument_words(exercise.name, list(dict.fromkeys(paths)), exercise.reference, source)
+            r.points, r.passed, r.feedback = 0.0, False, INPLACE_FEEDBACK.format(words)
+        if message not in r.diagnoses:
+            r.diagnoses = [*r.diagnoses, message]
+        r.diagnosis = r.diagnoses[0]
 
 
 def _withhold_gated(exercise: Exercise, results: list[TestResult]) -> None:

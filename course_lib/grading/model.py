@@ -89,3 +89,6 @@ class Outcome:
     message: str = ""
     seen: list[str] = field(default_factory=list)  # forbidden torch calls that ran (runtime layer)
     largest: int = 0  # elements of the largest new floating-point tensor it made (when measured)
+    #: the caller's tensors the call changed in place, each as its position or keyword, then the
+    #: indices into tuples and lists (:mod:`course_lib.grading.inplace`); only for ``"ok"``
+    changed: list[tuple[int | str, ...]] = field(default_factory=list)

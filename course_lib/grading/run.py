@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .feedback import describe_exception
+from .inplace import changed_paths
 from .model import Call, Outcome
 
 __all__ = ["CALL_TIME_LIMIT", "BadReturnType", "to_plain", "call_once"]
@@ -67,6 +68,9 @@ def call_once(
 ) -> Outcome:
     """Call ``fn`` on fresh copies of the call's arguments and catch whatever happens.
 
+    The copies are compared with the call's own arguments afterwards: the tensors the call
+    changed in place are the outcome's ``changed`` (:mod:`course_lib.grading.inplace`).
+
     With ``watch`` (an exercise's :meth:`~course_lib.grading.exercise_spec.Exercise.watch`), the torch
     functions and operators it names are recorded in the outcome's ``seen`` when the call runs them.
     """
@@ -80,6 +84,8 @@ def call_once(
     out = _call(fn, args, kwargs, time_limit, w)
     if w is not None:
         out.seen, out.largest = list(w.seen), int(w.largest)
+    if out.status == "ok":  # after the watch: the comparison is not the student's memory
+        out.changed = changed_paths(call, args, kwargs)
     return out
 
 

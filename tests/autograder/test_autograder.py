@@ -945,3 +945,33 @@ def test_a_stand_in_kept_and_called_outside_its_run_holds_the_submission_for_rev
     rec = grade_submission(notebook(SETUP + WRONG + STASHED_STAND_IN), A, runner)
     assert rec.status == "review", rec.messages
     assert rec.score == 0
+
+
+# -- an input changed in place is named (issue 29, item 3) -----------------------------------------
+
+LAYER_NORM_IN_PLACE = """
+def layer_norm(x, gamma, beta, eps=1e-5):
+    x -= x.mean(dim=-1, keepdim=True)  # the caller's x
+    var = (x * x).mean(dim=-1, keepdim=True)
+    return x / torch.sqrt(var + eps) * gamma + beta
+
+def add_and_norm(x, sublayer_output, gamma, beta, eps=1e-5):
+    out = x.clone()
+    out += sublayer_output  # its own tensor
+    return layer_norm(out, gamma, beta, eps)
+"""
+
+
+def test_an_input_changed_in_place_is_named_by_the_sandboxed_grader_and_a_clone_is_not(runner):
+    rec = grade_submission(notebook(SETUP + LAYER_NORM_IN_PLACE), "05_layer_norm", runner, seed=SEED)
+    assert rec.status == "graded", rec.messages
+    fn = {f["function"]: f for f in rec.functions}
+    ln, an = fn["layer_norm"], fn["add_and_norm"]
+    assert ln["score"] == 0 < ln["max_score"]
+    lines = {d for r in ln["results"] for d in r["diagnoses"]}
+    assert lines == {
+        "your layer_norm changed its argument `x` in place (`x -= ...`), so the caller's tensor is no longer "
+        "what it passed: write `x = x - ...` (a new tensor) instead of `x -= ...`, or clone first"
+    }
+    assert an["score"] == an["max_score"], an  # its own clone, changed: full marks, no line
+    assert not any(r["diagnoses"] for r in an["results"])

@@ -172,6 +172,57 @@ def test_values_keep_their_shape_and_dtype_through_the_sandbox(runner):
     assert transposed.shape == (3, 2) and transposed.dtype == torch.float64
 
 
+CHANGES_ITS_INPUTS = """
+import torch
+
+def centre(x, dim=-1):
+    x.sub_(x.mean(dim=dim, keepdim=True))
+    return x
+
+def centre_a_copy(x, dim=-1):
+    out = x.clone()
+    out.sub_(out.mean(dim=dim, keepdim=True))
+    return out
+
+def identity(x, dim=-1):
+    return x
+
+def fill_cache(q, cache=None):
+    cache[1][..., 0] = 0.0
+    y = torch.empty(q.shape)
+    y[...] = q
+    return y
+"""
+
+
+def test_a_call_that_changes_its_arguments_in_place_is_reported_by_position_or_keyword(runner):
+    x = torch.tensor([[1.0, float("nan"), 3.0], [-0.0, 2.0, float("-inf")]])
+    cache = (torch.ones(2, 3), torch.ones(2, 3), torch.ones(1))
+    res = run(
+        runner,
+        [CHANGES_ITS_INPUTS],
+        {
+            "centre": [Call((torch.randn(2, 3),)), Call((), {"x": torch.randn(2, 3, dtype=torch.bfloat16)})],
+            "centre_a_copy": [Call((torch.randn(2, 3),))],
+            "identity": [Call((x,), {"dim": 0}), Call((x.T,))],  # NaN, -inf and -0.0, not contiguous
+            "fill_cache": [Call((torch.ones(2, 3), cache)), Call((torch.ones(2, 3),), {"cache": list(cache)})],
+        },
+    )
+    assert res.status == "ok", res
+    assert [o.changed for o in res.outcomes["centre"]] == [[(0,)], [("x",)]]
+    assert [o.changed for o in res.outcomes["centre_a_copy"]] == [[]]
+    assert [o.changed for o in res.outcomes["identity"]] == [[], []]
+    assert [o.changed for o in res.outcomes["fill_cache"]] == [[(1, 1)], [("cache", 1)]]
+
+
+def test_a_forged_list_of_changed_arguments_keeps_only_what_has_their_form():
+    from course_lib.autograder.sandbox.conversation import _paths
+
+    forged = [[0], ["mask"], [3, 1], [], ["not a name"], [-1], [10**6], [0, "x"], "0", [True], [2.0]]
+    assert _paths(forged) == [(0,), ("mask",), (3, 1)]
+    assert _paths({"0": 1}) == [] and _paths(None) == [] and len(_paths([[0]] * 1000)) == 20
+
+
 def test_off_mode_still_never_runs_student_code_as_root():
     with Runner(mode="off", limits=LIMITS, slot=SLOTS["none"], watch=watch_lists()) as r:
         res = r.run(

@@ -385,7 +385,26 @@ class _Conversation:
             return Reply("bad_type", message=str(e), seen=seen)
         except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as e:
             return Reply("bad_type", message=f"returned a value that cannot be read ({type(e).__name__})", seen=seen)
-        return Reply("ok", value=value, seen=seen, largest=largest)
+        return Reply("ok", value=value, seen=seen, largest=largest, changed=_paths(g.get("changed")))
+
+
+def _paths(v: Any) -> list[tuple[int | str, ...]]:
+    """The arguments a call changed in place (``changed`` of a reply), each a position or a
+    keyword, then indices: what does not have that form is dropped (it came from the student's
+    side)."""
+    if not isinstance(v, list):
+        return []
+    paths: list[tuple[int | str, ...]] = []
+    for p in v[:20]:
+        if not isinstance(p, list) or not 1 <= len(p) <= protocol.MAX_DEPTH + 1:
+            continue
+        head, rest = p[0], p[1:]
+        ok_head = (type(head) is int and 0 <= head < 1000) or (
+            type(head) is str and len(head) <= 100 and head.isidentifier()
+        )
+        if ok_head and all(type(i) is int and 0 <= i <= protocol.MAX_ITEMS for i in rest):
+            paths.append(tuple(p))
+    return paths
 
 
 def _has_type(t: str, g: dict) -> bool:

@@ -55,13 +55,16 @@ class Arguments(Protocol):
 class Reply:
     """What one call gave: ``status`` (one of :data:`REPLY_STATUSES`), ``value`` (plain data
     when ``"ok"``), ``message``, ``seen`` (forbidden torch calls that ran, as the runtime layer
-    named them) and ``largest`` (elements of the largest new float tensor, when measured)."""
+    named them), ``largest`` (elements of the largest new float tensor, when measured) and
+    ``changed`` (the arguments whose tensors the call changed in place, each as its position or
+    keyword, then indices into tuples and lists: a fact, which the grader may judge)."""
 
     status: str
     value: Any = None
     message: str = ""
     seen: list[str] = field(default_factory=list)
     largest: int = 0
+    changed: list[tuple[int | str, ...]] = field(default_factory=list)
 
 
 class StandIns(Protocol):

@@ -450,12 +450,14 @@ class StudentHarness(_Values):
                 else:
                     value = fn(*args, **kwargs)
                 tree = self._encode(value, blobs)
+                changed = self._changed_args(header, arg_blobs, args, kwargs)  # after the watch
             finally:
                 _disarm()
             if _timer["fired"]:
                 raise _Deadline()
             largest = int(watch.largest) if watch is not None else 0
-            return {"status": "ok", "value": tree, "seen": list(watch.seen) if watch else [], "largest": largest}, blobs
+            seen = list(watch.seen) if watch else []
+            return {"status": "ok", "value": tree, "seen": seen, "largest": largest, "changed": changed}, blobs
         except _Deadline:
             return {"status": "timeout", "msg": f"took longer than {limit:g} s", "seen": _seen(watch)}, []
         except _BadType as e:

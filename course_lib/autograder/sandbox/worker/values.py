@@ -49,6 +49,40 @@ class _Values:
     def _decode_arg(self, node: Any, blobs: list[bytes]) -> Any:
         return decode_tree(node, blobs, self._tensor_arg, ARG_TAGS)
 
+    def _changed_args(self, header: Header, blobs: list[bytes], args: tuple, kwargs: dict[str, Any]) -> list[list]:
+        """The arguments whose tensors a call changed in place, compared bit for bit with the
+        bytes the grader sent (a fact: whether that matters is the grader's to say). Each is a
+        path: its position or keyword, then indices into tuples and lists; at most 20."""
+        found: list[list] = []
+        for i, (node, value) in enumerate(zip(header["args"], args, strict=False)):
+            self._changed(node, value, blobs, [i], found)
+        for k, node in header["kwargs"]:
+            self._changed(node, kwargs.get(k), blobs, [k], found)
+        return found[:20]
+
+    def _changed(self, node: Any, value: Any, blobs: list[bytes], path: list, found: list[list]) -> None:
+        t = node.get("t")
+        if t == "tensor":
+            if not self._same_bytes(node, value, blobs[node["b"]]):
+                found.append(path)
+        elif t in ("tuple", "list"):
+            items = node["items"]
+            if type(value) is not (list if t == "list" else tuple) or len(value) != len(items):
+                found.append(path)  # a list the call emptied or grew
+                return
+            for j, (n, v) in enumerate(zip(items, value, strict=True)):
+                self._changed(n, v, blobs, [*path, j], found)
+
+    def _same_bytes(self, node: Header, value: Any, blob: bytes) -> bool:
+        """Whether the tensor ``value`` still holds exactly the bytes it was made from."""
+        if type(value) is not self._Tensor:
+            return False
+        try:
+            arr = self._array(value)[0]
+            return arr.dtype.str == node["descr"] and list(arr.shape) == node["shape"] and arr.tobytes() == blob
+        except Exception:  # noqa: BLE001 - a tensor that cannot even be read back is not as it was
+            return False
+
     def _encode(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
         """Mirror of grading.run.to_plain: exact torch.Tensor, python numbers, tuples/lists of those."""
         if depth > MAX_DEPTH:
