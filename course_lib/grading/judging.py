@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from .compare import default_judge
 from .exercise_spec import Exercise
 from .feedback import error_feedback, internal_feedback
@@ -64,9 +66,10 @@ def judge(
     cases whose answer does not depend on the input values, earn their points only when every
     other value case passes (:meth:`~course_lib.grading.exercise_spec.Exercise.gated`). Every named
     mistake whose outputs equal the student's on a failed case is listed, unless the student
-    passes a case it fails. A case whose call changed a tensor of its caller in place fails
-    too, even with the right values, and the change is named (``source``, the student's source
-    of the function when known, names the argument and the operation: :mod:`.inplace`).
+    passes a case it fails or another mistake explains more of the failed cases (:func:`_diagnose`).
+    A case whose call changed a tensor of its caller in place fails too, even with the right
+    values, and the change is named (``source``, the student's source of the function when
+    known, names the argument and the operation: :mod:`.inplace`).
     """
     seen = runtime_violations(outcomes)
     if seen:
@@ -169,26 +172,56 @@ def _diagnose(
     seed: int | None,
 ) -> dict[int, list[str]]:
     """The named mistakes that explain each failed case (index -> messages, in the exercise's
-    order). A mistake explains a case when its outputs there equal the student's; it is left
-    out when the student passes a case that the mistake fails (the student's code does not
-    have that mistake: an overflow is not the cause when the large-input test passes)."""
+    order). A mistake explains a case when its outputs there equal the student's, dtype kind
+    included (a float mask is not an integer one); it is left out when the student passes a case
+    that the mistake fails (the student's code does not have that mistake: an overflow is not
+    the cause when the large-input test passes), and when another mistake explains every failed
+    case it explains and more (it matches less well: a special case of the other, such as a
+    mistake that coincides with it only where ``pad_id`` is 0)."""
     cases = exercise.cases(seed)
     names = exercise.output_names
-    found: dict[int, list[str]] = {}
+    explained: dict[str, set[int]] = {}
     for run in exercise.mistake_runs(seed):
         if any(run.fails[i] for i in passed):
             continue
         for i, actual in failed.items():
             outs = run.outputs[i]
-            if outs is None:
-                continue
-            try:
-                same = default_judge(cases[i], names, detail=False)(cases[i].calls, actual, outs) is None
-            except Exception:  # noqa: BLE001 - a diagnosis is a hint; its failure must not lose the grade
-                same = False
-            if same:
-                found.setdefault(i, []).append(run.mistake.message)
-    return found
+            if outs is not None and _same_outputs(cases[i], names, actual, outs):
+                explained.setdefault(run.mistake.message, set()).add(i)
+    found: dict[int, list[str]] = {}
+    for message, where in explained.items():
+        if any(where < other for other in explained.values()):
+            continue
+        for i in sorted(where):
+            found.setdefault(i, []).append(message)
+    return {i: found[i] for i in sorted(found)}
+
+
+def _same_outputs(case: Case, names: Sequence[str], actual: list[Any], outs: list[Any]) -> bool:
+    """Whether a student's outputs of a case equal a mistake's: the same values (within the
+    case's tolerances) and, where both are tensors, the same kind of dtype (bool, integer or
+    floating)."""
+    try:
+        pairs = zip(_leaves(actual), _leaves(outs), strict=True)
+        if any(_kind(a) != _kind(o) for a, o in pairs if isinstance(a, torch.Tensor) and isinstance(o, torch.Tensor)):
+            return False
+        return default_judge(case, names, detail=False)(case.calls, actual, outs) is None
+    except Exception:  # noqa: BLE001 - a diagnosis is a hint; its failure must not lose the grade
+        return False
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The items of nested lists and tuples of outputs, in order."""
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def _kind(value: torch.Tensor) -> str:
+    """The kind of a tensor's dtype: ``"bool"``, ``"integer"`` or ``"floating"``."""
+    if value.dtype == torch.bool:
+        return "bool"
+    return "floating" if value.is_floating_point() or value.is_complex() else "integer"
 
 
 def _fail_inplace(

@@ -248,6 +248,10 @@ def _cos_eps_added_to_product(query, keys, eps=1e-8):
     return dot_score(query, keys) / (query.norm(dim=-1, keepdim=True) * keys.norm(dim=-1) + eps)
 
 
+def _cos_product_clamped(query, keys, eps=1e-8):
+    return dot_score(query, keys) / (query.norm(dim=-1, keepdim=True) * keys.norm(dim=-1)).clamp_min(eps)
+
+
 _COS_MISTAKES = [
     Mistake("not normalising at all: this is the dot score, which grows with the vectors' lengths", _cos_unnormalised),
     Mistake("dividing by the query's norm only: the keys must be normalised too, or long keys win", _cos_query_only),
@@ -274,6 +278,12 @@ _COS_MISTAKES = [
         "adding eps to the product of the norms instead of clamping each norm at eps: use "
         "max(norm, eps) for the query and for each key",
         _cos_eps_added_to_product,
+    ),
+    Mistake(
+        "clamping the product of the norms at eps instead of each norm: two short vectors then have a "
+        "product below eps and their score shrinks. Clamp each norm separately, max(||q||, eps) * "
+        "max(||k||, eps), as F.cosine_similarity does",
+        _cos_product_clamped,
     ),
 ]
 
@@ -801,8 +811,8 @@ def _pool_cases() -> list[Case]:
 # --- local_attention_weights ----------------------------------------------------------------
 
 
-def _local(scores, center, half_window, sigma=None, in_window=None, exponent_scale=2.0):
-    positions = torch.arange(scores.shape[-1], dtype=scores.dtype)
+def _local(scores, center, half_window, sigma=None, in_window=None, exponent_scale=2.0, first=0):
+    positions = torch.arange(first, first + scores.shape[-1], dtype=scores.dtype)
     distance = positions - center.to(scores.dtype).unsqueeze(-1)
     if in_window is None:
         in_window = distance.abs() <= half_window
@@ -860,6 +870,10 @@ def _local_softmax_only(scores, center, half_window):
     return masked_softmax(scores, in_window)
 
 
+def _local_from_one(scores, center, half_window):
+    return _local(scores, center, half_window, first=1)[0]
+
+
 _LOCAL_MISTAKES = [
     Mistake("sigma = D (the half window) instead of Luong's sigma = D / 2: the Gaussian is too wide", _local_sigma_d),
     Mistake(
@@ -894,6 +908,12 @@ _LOCAL_MISTAKES = [
     Mistake(
         "forgetting the Gaussian: the softmax inside the window is multiplied by exp(-(s - p)^2 / (2 sigma^2))",
         _local_softmax_only,
+    ),
+    Mistake(
+        "counting the positions from 1 (torch.arange(1, S + 1)): the source positions are 0 .. S - 1, the "
+        "indices the centre p refers to; counted from 1, the window and the Gaussian sit one position too "
+        "early. Use torch.arange(S)",
+        _local_from_one,
     ),
 ]
 

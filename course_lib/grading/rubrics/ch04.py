@@ -23,10 +23,10 @@ __all__ = ["EXERCISES"]
 # --- shared helpers ---------------------------------------------------------------------------
 
 
-def _pair_frequencies(d_model: int, power: float = 2.0) -> torch.Tensor:
-    """omega_i = 10000^(-power * i / d_model) for pairs i = 0 .. d/2 - 1 (power 2 is correct)."""
+def _pair_frequencies(d_model: int, power: float = 2.0, base: float = 10000.0) -> torch.Tensor:
+    """omega_i = base^(-power * i / d_model) for pairs i = 0 .. d/2 - 1 (power 2, base 10000 are correct)."""
     i = torch.arange(d_model // 2, dtype=torch.float64)
-    return torch.exp(-math.log(10000.0) * power * i / d_model)
+    return torch.exp(-math.log(base) * power * i / d_model)
 
 
 def _interleave(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -111,6 +111,15 @@ def _pe_positive_exponent(num_positions: int, d_model: int) -> torch.Tensor:
 
 def _pe_from_one(num_positions: int, d_model: int) -> torch.Tensor:
     return _table(num_positions, d_model, _pair_frequencies(d_model), first=1)
+
+
+def _pe_base_1000(num_positions: int, d_model: int) -> torch.Tensor:
+    return _table(num_positions, d_model, _pair_frequencies(d_model, base=1000.0))
+
+
+def _pe_sin_twice(num_positions: int, d_model: int) -> torch.Tensor:
+    angles = torch.arange(num_positions, dtype=torch.float64)[:, None] * _pair_frequencies(d_model)
+    return _interleave(angles.sin(), angles.sin()).float()
 
 
 def _pe_transposed(num_positions: int, d_model: int) -> torch.Tensor:
@@ -199,6 +208,22 @@ def _rotation(
     M[a, b] = -sin
     M[b, b] = cos
     return M.float()
+
+
+def _rpm_sin_cos_swapped(offset: int, d_model: int) -> torch.Tensor:
+    angle = offset * _pair_frequencies(d_model)
+    a, b = torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)
+    M = torch.zeros(d_model, d_model, dtype=torch.float64)
+    M[a, a], M[b, a], M[a, b], M[b, b] = angle.sin(), angle.cos(), -angle.cos(), angle.sin()
+    return M.float()
+
+
+def _rpm_rows_up(offset: int, d_model: int) -> torch.Tensor:
+    return relative_position_matrix(offset, d_model).roll(-1, dims=0)  # rows 2i - 1, 2i (row -1 is the last)
+
+
+def _rpm_rows_down(offset: int, d_model: int) -> torch.Tensor:
+    return relative_position_matrix(offset, d_model).roll(1, dims=0)  # rows 2i + 1, (2i + 2) % d_model
 
 
 def _rpm_transposed(offset: int, d_model: int) -> torch.Tensor:
@@ -292,6 +317,12 @@ def _rpm_cases() -> list[Case]:
     ]
 
 
+_RPM_ROW_OFF = (
+    "the blocks sit one row off (rows 2i - 1 and 2i, or 2i + 1 and 2i + 2, where a row index of -1 is "
+    "the last row): block i fills rows 2i and 2i + 1 and columns 2i and 2i + 1 of M"
+)
+
+
 # --- exercises ---------------------------------------------------------------------------------------
 
 EXERCISES = [
@@ -367,6 +398,16 @@ EXERCISES = [
                 "the table is transposed: it must have one row per position, shape (num_positions, d_model)",
                 _pe_transposed,
             ),
+            Mistake(
+                "base 1000 instead of 10000: omega_i = 1 / 10000^(2i/d_model), so that the wavelengths grow "
+                "from 2 pi to about 10000 * 2 pi; with 1000 the slow pairs turn ten times too fast",
+                _pe_base_1000,
+            ),
+            Mistake(
+                "the sine written twice: the odd columns must hold the cosines, PE[p, 2i+1] = cos(p omega_i), "
+                "so that each pair (sin, cos) lies on the unit circle",
+                _pe_sin_twice,
+            ),
         ],
         forbidden=(),
     ),
@@ -400,6 +441,14 @@ EXERCISES = [
                 "pair i of the table is columns 2i and 2i+1",
                 _rpm_concatenated,
             ),
+            Mistake(
+                "sin and cos swapped inside each block: the diagonal of block i holds cos(offset * omega_i) "
+                "and the off-diagonal the sines, [[cos, -sin], [sin, cos]] in rows (2i, 2i+1) and columns "
+                "(2i, 2i+1) of M",
+                _rpm_sin_cos_swapped,
+            ),
+            Mistake(_RPM_ROW_OFF, _rpm_rows_up),
+            Mistake(_RPM_ROW_OFF, _rpm_rows_down),
         ],
         forbidden=(),
     ),

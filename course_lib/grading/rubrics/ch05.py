@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ def _standardise(x: torch.Tensor, dim: Any = -1, eps: float = 1e-5, correction: 
 def _count(x: torch.Tensor, dim: Any) -> int:
     if dim is None:
         return x.numel()
+    if isinstance(dim, tuple):
+        return math.prod(x.shape[d] for d in dim)
     return x.shape[dim]
 
 
@@ -66,6 +69,10 @@ def _ln_dim0(x, gamma, beta, eps=1e-5):
 def _ln_all_dims(x, gamma, beta, eps=1e-5):
     centred = x - x.mean()
     return centred / torch.sqrt(centred.pow(2).mean() + eps) * gamma + beta
+
+
+def _ln_non_batch_dims(x, gamma, beta, eps=1e-5):
+    return _standardise(x, dim=tuple(range(1, x.dim())), eps=eps) * gamma + beta
 
 
 def _ln_no_affine(x, gamma, beta, eps=1e-5):
@@ -146,6 +153,12 @@ _LN_MISTAKES = [
         "normalising over all dims at once: the mean and variance must be computed per token, "
         "over the last dim only (keepdim=True)",
         _ln_all_dims,
+    ),
+    Mistake(
+        "normalising over every dim but the first (dims 1, 2, ..., as for one whole sequence of a "
+        "batch): the mean and variance must be computed per token, over the last dim only "
+        "(dim=-1, keepdim=True)",
+        _ln_non_batch_dims,
     ),
     Mistake("gamma and beta are ignored: after standardising, multiply by gamma and add beta", _ln_no_affine),
     Mistake("gamma and beta swapped: the output is gamma * x_hat + beta (gamma scales, beta shifts)", _ln_swapped),
@@ -315,6 +328,10 @@ def _an_swapped(x, sublayer_output, gamma, beta, eps=1e-5):
     return layer_norm(x + sublayer_output, beta, gamma, eps)
 
 
+def _an_residual_twice(x, sublayer_output, gamma, beta, eps=1e-5):
+    return x + layer_norm(x + sublayer_output, gamma, beta, eps)
+
+
 def _an_norm_both(x, sublayer_output, gamma, beta, eps=1e-5):
     return layer_norm(x, gamma, beta, eps) + layer_norm(sublayer_output, gamma, beta, eps)
 
@@ -414,6 +431,11 @@ EXERCISES = [
                 "x and the sublayer output are normalised separately and then added: add first, "
                 "then normalise the sum once",
                 _an_norm_both,
+            ),
+            Mistake(
+                "the residual is added twice, x + layer_norm(x + sublayer_output): post-LN returns "
+                "layer_norm(x + sublayer_output) itself, the residual inside the norm",
+                _an_residual_twice,
             ),
             Mistake(_UNBIASED, _an_inline(correction=1, eps_inside=True)),
             Mistake(_EPS_OUTSIDE, _an_inline(correction=0, eps_inside=False)),

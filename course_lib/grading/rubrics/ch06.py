@@ -131,6 +131,10 @@ def _causal_no_diagonal(size: int, device: torch.device | str | None = None) -> 
     return torch.ones(size, size, dtype=torch.bool).tril(diagonal=-1)
 
 
+def _causal_one_above(size: int, device: torch.device | str | None = None) -> torch.Tensor:
+    return torch.ones(size, size, dtype=torch.bool).tril(diagonal=1)
+
+
 def _causal_inverted(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     return torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
 
@@ -676,6 +680,12 @@ EXERCISES = [
                 "the diagonal is left out (tril with diagonal=-1): a token must be allowed to attend to "
                 "itself, and the first query would see no key at all",
                 _causal_no_diagonal,
+            ),
+            Mistake(
+                "the diagonal just above the main one is True too (tril with diagonal=1): query l may also "
+                "attend to key l + 1, one step into the future. Use tril() with the default diagonal=0: key s "
+                "is allowed when s <= l",
+                _causal_one_above,
             ),
             Mistake(
                 "the mask is inverted: True marks the future keys to block. That is the convention of "

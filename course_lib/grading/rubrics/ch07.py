@@ -63,6 +63,9 @@ def _tiled(
     drop_partial=False,
     running_max=True,
     divide=True,
+    flip_rescale=False,
+    block_max=False,
+    scale_width="D",
 ):
     *_, L, D = q.shape
     S = k.shape[-2]
@@ -70,7 +73,7 @@ def _tiled(
     if use_mask and mask is not None:
         mask = mask.expand(*batch, L, S)  # (*, L, S), a view
     if scale:
-        q = q / math.sqrt(D)
+        q = q / math.sqrt(S if scale_width == "S" else D)
     m = q.new_full((*batch, L, 1), _NEG_INF)  # (*, L, 1)
     denom = q.new_zeros((*batch, L, 1))  # (*, L, 1)
     acc = q.new_zeros((*batch, L, v.shape[-1]))  # (*, L, Dv)
@@ -85,10 +88,11 @@ def _tiled(
             denom = denom + p.sum(dim=-1, keepdim=True)
             acc = acc + p @ v[..., keys, :]
             continue
-        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (*, L, 1)
+        m_block = scores.amax(dim=-1, keepdim=True)  # (*, L, 1)
+        m_new = m_block if block_max else torch.maximum(m, m_block)  # (*, L, 1)
         m_safe = m_new.masked_fill(m_new == _NEG_INF, 0.0) if guard_block else m_new  # (*, L, 1)
         p = (scores - m_safe).exp()  # (*, L, B)
-        rescale = torch.exp(m - m_safe)  # (*, L, 1)
+        rescale = torch.exp(m_safe - m) if flip_rescale else torch.exp(m - m_safe)  # (*, L, 1)
         denom = (rescale * denom if rescale_denom else denom) + p.sum(dim=-1, keepdim=True)
         acc = (rescale * acc if rescale_acc else acc) + p @ v[..., keys, :]  # (*, L, Dv)
         m = m_new
@@ -167,6 +171,24 @@ _TILED_MISTAKES = [
         _tiled_variant(scale=False),
     ),
     Mistake(
+        "the rescale factor is upside down, e^(m_new - m) instead of e^(m - m_new): when the running "
+        "maximum grows, the old denominator and accumulator must shrink (a factor of at most 1), and with m "
+        "starting at -inf, e^(m_new - m) is inf on the first block, so inf * 0 gives NaN. Multiply by "
+        "torch.exp(m - m_new)",
+        _tiled_variant(flip_rescale=True),
+    ),
+    Mistake(
+        "the running maximum is replaced by each block's own maximum: it must be the maximum over every key "
+        "seen so far, m_new = torch.maximum(m, the block's maximum). With the block's maximum alone, a "
+        "fully masked block (maximum -inf) makes the next block rescale everything before it by e^(-inf) = 0",
+        _tiled_variant(block_max=True),
+    ),
+    Mistake(
+        "scaling by sqrt(S), the number of keys: divide q @ k^T by sqrt(D), the width of the queries and "
+        "keys (q.shape[-1]), in every block",
+        _tiled_variant(scale_width="S"),
+    ),
+    Mistake(
         "a block in which a query may attend to no key gives NaN: its running maximum is still -inf, and "
         "exp(-inf - (-inf)) is NaN, which then spoils every later block. Subtract 0 where the new maximum "
         "is -inf (m_safe = m_new.masked_fill(m_new == float('-inf'), 0.0)), in the block's exponentials "
@@ -183,6 +205,12 @@ _TILED_MISTAKES = [
         "averages all the values instead of giving a zero output. Use float('-inf') and guard the -inf "
         "maximum",
         _tiled_variant(fill=-1e9),
+    ),
+    Mistake(
+        "masking with 0 instead of -inf (masked_fill(~mask, 0.0)): a score of 0 is an ordinary score, so "
+        "masked keys still get weight e^(0 - m). Fill the block's masked scores with float('-inf'), and "
+        "guard the -inf maximum",
+        _tiled_variant(fill=0.0),
     ),
     Mistake(
         "ignoring the mask: masked keys still get weight. Set the block's masked scores to -inf, with the "
@@ -345,6 +373,16 @@ def _swm_long(L, S=None, *, window, causal=False):
     return sliding_window_mask(L, S, window=window, causal=causal).long()
 
 
+def _swm_float(L, S=None, *, window, causal=False):
+    return sliding_window_mask(L, S, window=window, causal=causal).float()
+
+
+_SWM_NOT_BOOL = (
+    "returning a float or integer tensor of 0s and 1s instead of a bool mask (True = may attend): "
+    "return the result of the comparisons itself, a bool tensor"
+)
+
+
 _SWM_MISTAKES = [
     Mistake(
         "the window is one too narrow: query i may attend to key j when |i - j| <= window (with causal, "
@@ -378,11 +416,8 @@ _SWM_MISTAKES = [
         "ignoring S: the mask has shape (L, S), L queries by S keys; S is L only when it is None",
         _swm_square,
     ),
-    Mistake(
-        "returning a float or integer tensor of 0s and 1s instead of a bool mask (True = may attend): "
-        "return the result of the comparisons itself, a bool tensor",
-        _swm_long,  # its 0s and 1s match a float mask's too
-    ),
+    Mistake(_SWM_NOT_BOOL, _swm_long),
+    Mistake(_SWM_NOT_BOOL, _swm_float),  # a diagnosis matches the dtype's kind too
 ]
 
 
@@ -466,6 +501,7 @@ def _kv_step(
     tril=False,
     swap=False,
     stable=True,
+    softmax_dim=-1,
 ):
     if cache is None:
         K, V = k, v
@@ -481,7 +517,7 @@ def _kv_step(
     if tril:  # a causal mask for a square score matrix, cut to the (1, t + 1) scores: only key 0
         scores = scores.masked_fill(~torch.ones(scores.shape[-2:], dtype=torch.bool).tril(), _NEG_INF)
     if stable:
-        weights = softmax(scores, dim=-1)
+        weights = softmax(scores, dim=softmax_dim)
     else:
         e = scores.exp()
         weights = e / e.sum(dim=-1, keepdim=True)
@@ -499,6 +535,12 @@ def _kv_variant(**options):
 
 
 _KV_MISTAKES = [
+    Mistake(
+        "the softmax runs over dim -2, the single query (size 1): every weight is then 1 and the output is "
+        "the sum of all the values. Take the softmax over the last dim, the t + 1 cached and new keys "
+        "(dim=-1)",
+        _kv_variant(softmax_dim=-2),
+    ),
     Mistake(
         "concatenating the cache on the head axis (dim 1) instead of the time axis: the keys and values "
         "are (N, H, t, D), and the new position goes at the end of dim -2 (torch.cat([K, k], dim=-2))",
