@@ -60,10 +60,11 @@ def _frames(tb: TracebackType | None) -> Iterator[FrameType]:
 
 def _failing_function(tb: TracebackType | None) -> str | None:
     """The name of the innermost notebook function the error passed through, below the block's
-    own frame (the first of the traceback); None when it came from the block or a library."""
+    own frame (the first of the traceback); None when it came from the block (its comprehensions
+    and lambdas, ``<genexpr>``, included) or a library."""
     name = None
     for frame in list(_frames(tb))[1:]:
-        if _in_notebook(frame.f_code) and frame.f_code.co_name != "<module>":
+        if _in_notebook(frame.f_code) and not frame.f_code.co_name.startswith("<"):
             name = frame.f_code.co_name
     return name
 

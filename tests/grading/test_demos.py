@@ -63,6 +63,15 @@ def test_an_error_inside_a_notebook_function_names_that_function_and_its_check(c
     assert line.endswith("; see check(sinusoidal_positional_encoding) above.")
 
 
+def test_an_error_in_the_blocks_own_generator_expression_is_the_blocks_not_a_function(capsys):
+    with when_implemented(dot_score):
+        max((dot_score(Q, K)[i] @ Q).abs().max().item() for i in range(2))
+    line = _one_line(capsys)
+    assert "<genexpr>" not in line
+    assert line.startswith("This demo stopped: it could not use what your functions returned (RuntimeError: ")
+    assert line.endswith("your dot_score returned shape (4, 4, 6) here; see check(dot_score) above.")
+
+
 def test_an_error_in_a_helper_that_is_not_graded_names_the_helper_and_no_check(capsys):
     def smooth(x):
         return x.reshape(5, 5)
