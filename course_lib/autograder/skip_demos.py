@@ -1,7 +1,7 @@
 """Leave the notebooks' demonstrations out of grading: the graded functions are what counts.
 
 The course's notebooks put every demonstration of the student's functions (a figure, a printed
-comparison) in a top-level block ``with when_implemented():``. Nobody grades what a demo prints
+comparison) in a top-level block ``with when_implemented():`` (or ``with when_implemented(fn):``). Nobody grades what a demo prints
 or draws, and demos are most of a notebook's running time: in chapter 2 they took more time
 than every graded call together. So the grader does not run a demo block, under one condition
 that keeps every definition: the block binds no name that a graded function is looked up by,
@@ -31,7 +31,8 @@ _MARKER = "when_implemented"
 
 
 def _is_demo(node: ast.stmt) -> bool:
-    """``with when_implemented():`` and nothing else in the ``with``."""
+    """``with when_implemented():`` (or with the names of the functions it uses,
+    ``with when_implemented(dot_score):``) and nothing else in the ``with``."""
     if not isinstance(node, ast.With) or len(node.items) != 1:
         return False
     item = node.items[0]
@@ -41,7 +42,7 @@ def _is_demo(node: ast.stmt) -> bool:
         and isinstance(call, ast.Call)
         and isinstance(call.func, ast.Name)
         and call.func.id == _MARKER
-        and not call.args
+        and all(isinstance(arg, ast.Name) for arg in call.args)  # when_implemented(dot_score)
         and not call.keywords
     )
 

@@ -27,15 +27,16 @@ The modules, from the data to the words:
   the live environment, bytecode), :mod:`.opwatch` and :mod:`.oplists` (the operators a call
   actually runs); what they read with: :mod:`.aliases`, :mod:`.graded_names`,
   :mod:`.liveness`, :mod:`.ownership`, :mod:`.harmless`, :mod:`.livecode`, :mod:`.history`
+- :mod:`.demos`: :class:`when_implemented`, the notebooks' demo blocks that never stop Run All
 - :mod:`.parsing` (thread-safe ``ast.parse``), :mod:`.sourcecache` (a bounded cache by source)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
+from .demos import when_implemented
 from .exercise_spec import Exercise, run_calls
 from .forbidden import violations_in_function
 from .inplace import function_source
@@ -102,25 +103,3 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     with standing_in(namespace, references):
         stand_in = judge(ex, run_calls(fn, ex), source=source)
     return composed(own, stand_in, callees)
-
-
-class when_implemented:
-    """Run a plotting or demo block only once the functions it uses are implemented.
-
-    ``with when_implemented():`` swallows ``NotImplementedError`` from the block and prints
-    a reminder instead, so a blank exercise notebook runs from top to bottom::
-
-        with when_implemented():
-            plt.imshow(sinusoidal_positional_encoding(64, 32))
-    """
-
-    def __enter__(self) -> when_implemented:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
-        if exc_type is not None and issubclass(exc_type, NotImplementedError):
-            print("Not implemented yet: finish the function(s) above, then run this cell again.")
-            return True
-        return False

@@ -98,6 +98,11 @@ def test_a_one_line_demo_block_is_skipped_too():
     assert skip_demos(cells, GRADED)[1] == "pass\ny = 1\n"
 
 
+def test_a_demo_naming_the_functions_it_uses_is_skipped_too():
+    cells = [IMPORT, "with when_implemented(softmax, self_attention):\n    print(softmax(torch.ones(2)))\n"]
+    assert skip_demos(cells, GRADED)[1] == "pass\n\n"
+
+
 def test_unreadable_cells_are_left_as_they_are():
     cells = [IMPORT, "def broken(:\n", "", DEMO]
     out = skip_demos(cells, GRADED)
@@ -134,6 +139,17 @@ def test_a_definition_after_a_skipped_demo_in_the_same_cell_counts(runner):
     cell = "with when_implemented():\n    raise RuntimeError('demo crashed')\n" + HONEST
     record = _grade(runner, SETUP + IMPORT, cell)
     assert record.score == record.max_score
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_a_demo_that_must_run_and_fails_prints_one_line_and_its_cell_goes_on(runner):
+    demo = "with when_implemented():\n    SHIFT = 0.0\n    raise RuntimeError('demo crashed')\n"
+    uses_shift = HONEST.replace("def softmax(x, dim=-1):\n", "def softmax(x, dim=-1):\n    x = x + SHIFT\n", 1)
+    assert uses_shift != HONEST  # SHIFT is read by softmax: the demo binding it must run
+    record = _grade(runner, SETUP + IMPORT, demo + uses_shift)
+    assert record.score == record.max_score
+    assert not any("demo crashed" in m for m in record.messages)
 
 
 @pytest.mark.slow
