@@ -193,6 +193,7 @@ def _withhold_gated(exercise: Exercise, results: list[TestResult]) -> None:
 
 
 def zero_report(exercise: Exercise, status: ReportStatus, note: str, seed: int | None = None) -> Report:
-    """A report with every test failed for one reason (forbidden call, missing function)."""
-    results = [TestResult(c.name, c.checks, 0.0, c.points, False, note) for c in exercise.cases(seed)]
+    """A report with every test failed for one reason (forbidden call, missing function): the
+    reason is its one note, said once for the function, not again on every test."""
+    results = [TestResult(c.name, c.checks, 0.0, c.points, False) for c in exercise.cases(seed)]
     return Report(exercise.name, results, status, [note])

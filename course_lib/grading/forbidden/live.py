@@ -156,6 +156,8 @@ class LiveEnvironment:
             and not own_bound_method(value, base)
         ):
             note(describe(f"the tensor method .{ref.chain[-1]}()", ref.written))
+        if id(value) in self.rules.objects:
+            return []  # reported above: opening it would report it again, by its bare name
         return [value] if ok else []
 
     def _classify(self, ref: Ref, value: Any, ok: bool, written_path: str | None, trusted: bool) -> str | None:
