@@ -18,6 +18,7 @@ from typing import Any
 from .compare import default_judge
 from .exercise_spec import Exercise
 from .feedback import error_feedback, internal_feedback
+from .forbidden.rules import NUMPY_BRIDGES, module_note
 from .model import Case, Outcome
 from .report import Report, ReportStatus, TestResult
 
@@ -42,6 +43,8 @@ def runtime_violations(outcomes: Sequence[Sequence[Outcome]]) -> list[str]:
 
 
 def runtime_note(seen: Sequence[str]) -> str:
+    if any(s in [f"the tensor method .{m}()" for m in NUMPY_BRIDGES] for s in seen):
+        return f"ran {', '.join(seen[:5])} while being checked: " + module_note("numpy")
     return (
         f"ran {', '.join(seen[:5])} while being checked, which this exercise asks you to write yourself "
         "(seen as the code ran, whatever name reached it)"
