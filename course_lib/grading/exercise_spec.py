@@ -31,7 +31,8 @@ class Exercise:
         make_cases: builds the cases (deterministic: fixed seeds).
         mistakes: classic mistakes, tried in order when a test fails.
         forbidden: calls the student may not use, as dotted paths
-            (``"torch.nn.functional.softmax"``) or ``"method:NAME"`` for a tensor method.
+            (``"torch.nn.functional.softmax"``), ``"method:NAME"`` for a tensor method, or
+            ``"module:NAME"`` for a whole library (``module:numpy``).
         output_names: names of the items when the function returns a tuple.
         structure_args: arguments (positions or keyword names) that are structure, not values
             (positions, lengths): fresh inputs under ``--seed`` redraw them but never rescale

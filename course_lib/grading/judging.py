@@ -20,6 +20,7 @@ import torch
 from .compare import default_judge
 from .exercise_spec import Exercise
 from .feedback import error_feedback, internal_feedback
+from .forbidden.rules import NUMPY_BRIDGES, module_note
 from .inplace import INPLACE_FEEDBACK, ArgPath, argument_words, inplace_message
 from .model import Case, Outcome
 from .report import Report, ReportStatus, TestResult
@@ -45,6 +46,8 @@ def runtime_violations(outcomes: Sequence[Sequence[Outcome]]) -> list[str]:
 
 
 def runtime_note(seen: Sequence[str]) -> str:
+    if any(s in [f"the tensor method .{m}()" for m in NUMPY_BRIDGES] for s in seen):
+        return f"ran {', '.join(seen[:5])} while being checked: " + module_note("numpy")
     return (
         f"ran {', '.join(seen[:5])} while being checked, which this exercise asks you to write yourself "
         "(seen as the code ran, whatever name reached it)"
@@ -256,6 +259,7 @@ def _withhold_gated(exercise: Exercise, results: list[TestResult]) -> None:
 
 
 def zero_report(exercise: Exercise, status: ReportStatus, note: str, seed: int | None = None) -> Report:
-    """A report with every test failed for one reason (forbidden call, missing function)."""
-    results = [TestResult(c.name, c.checks, 0.0, c.points, False, note) for c in exercise.cases(seed)]
+    """A report with every test failed for one reason (forbidden call, missing function): the
+    reason is its one note, said once for the function, not again on every test."""
+    results = [TestResult(c.name, c.checks, 0.0, c.points, False) for c in exercise.cases(seed)]
     return Report(exercise.name, results, status, [note])

@@ -71,6 +71,18 @@ def ln_var_mean_rsqrt(x, gamma, beta, eps=1e-5):
     return (x - mean) * torch.rsqrt(var + eps) * gamma + beta
 
 
+def ln_float64_einsum(x, gamma, beta, eps=1e-5):
+    x64 = x.double()
+    mean = x64.mean(dim=-1, keepdim=True)
+    var = x64.var(dim=-1, keepdim=True, unbiased=False)
+    scaled = torch.einsum("...e,e->...e", (x64 - mean) * torch.rsqrt(var + eps), gamma.double())
+    return (scaled + beta.double()).to(x.dtype)
+
+
+def an_float64_einsum(x, sublayer_output, gamma, beta, eps=1e-5):
+    return ln_float64_einsum(x + sublayer_output, gamma, beta, eps)
+
+
 @pytest.mark.parametrize(
     "name, fn, phrase",
     [
@@ -137,12 +149,44 @@ def test_a_library_equivalent_is_seen_at_run_time(name, run):
 
 @pytest.mark.parametrize(
     "name, fn",
-    [("softmax", softmax_by_logsumexp), ("layer_norm", ln_var_mean_rsqrt)],
+    [
+        ("softmax", softmax_by_logsumexp),
+        ("layer_norm", ln_var_mean_rsqrt),
+        ("layer_norm", ln_float64_einsum),
+        ("add_and_norm", an_float64_einsum),
+    ],
 )
 def test_an_honest_student_writing_it_another_way_gets_full_marks(name, fn):
     report = check(fn, name=name)
     assert report.status == "passed", report.notes
     assert report.score == report.max_score
+
+
+def test_an_honest_layer_norm_runs_no_watched_operator():
+    """The runtime watch refuses the normalisation kernels, never the mean, var and rsqrt an
+    honest layer norm is made of."""
+    watch = OpWatch(**watch_spec(exercise("add_and_norm").forbidden))
+    with watch:
+        an_float64_einsum(torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.ones(4), torch.zeros(4))
+        ln_var_mean_rsqrt(torch.randn(2, 3, 4), torch.ones(4), torch.zeros(4))
+    assert watch.seen == []
+
+
+@pytest.mark.parametrize(
+    "fn, note",
+    [
+        (ln_instance_norm, "uses torch.nn.functional.instance_norm (written F.instance_norm)"),
+        (ln_batch_norm, "uses torch.nn.functional.batch_norm (written F.batch_norm)"),
+        (ln_instance_norm_module, "uses torch.nn.InstanceNorm1d (written nn.InstanceNorm1d)"),
+    ],
+)
+def test_a_refusal_is_said_once_per_function(fn, note):
+    """One note for the function: not again on every test, nor once more for another
+    spelling of the same call."""
+    report = check(fn, name="layer_norm")
+    assert report.notes == [f"{note}, which this exercise asks you to write yourself"]
+    assert [r.feedback for r in report.results] == [""] * len(report.results)
+    assert str(report).count(note) == report._repr_html_().count(note) == 1, str(report)
 
 
 #: The named siblings of the issue: each exercise that forbids one of a family watches these.

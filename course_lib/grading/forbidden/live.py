@@ -33,6 +33,7 @@ from .rules import (
     graded_note,
     is_reference,
     method_note,
+    module_note,
     torch_internal,
     under,
 )
@@ -156,6 +157,8 @@ class LiveEnvironment:
             and not own_bound_method(value, base)
         ):
             note(describe(f"the tensor method .{ref.chain[-1]}()", ref.written))
+        if id(value) in self.rules.objects:
+            return []  # reported above: opening it would report it again, by its bare name
         return [value] if ok else []
 
     def _classify(self, ref: Ref, value: Any, ok: bool, written_path: str | None, trusted: bool) -> str | None:
@@ -168,12 +171,27 @@ class LiveEnvironment:
             return describe(path or ref.written, ref.written)
         if ok and isinstance(value, types.ModuleType):
             return check_path(value.__name__, ref.written, self.rules, trusted)
+        library = self._library(value if ok else None, written_path)
+        if library is not None:
+            return module_note(library)
         if written_path and (under(written_path, DYNAMIC_PATHS) or torch_internal(written_path)):
             return dynamic_note(f"{written_path} (written {ref.written})")
         if ok and any(value is getattr(builtins, b) for b in DYNAMIC_BUILTINS):
             return dynamic_note(f"{value.__name__}() (written {ref.written})")
         if ok and id(value) in self.rules.dynamic:  # from sys import _getframe as gf
             return dynamic_note(f"{self.rules.dynamic[id(value)]} (written {ref.written})")
+        return None
+
+    def _library(self, value: Any, written_path: str | None) -> str | None:
+        """The forbidden library (``module:numpy``) a reference reaches, by its written path or
+        by where the object it reached (or its type: a numpy ufunc) was defined."""
+        owners = [written_path, getattr(value, "__module__", None), getattr(type(value), "__module__", None)]
+        if value is None:
+            owners = owners[:1]
+        for owner in owners:
+            found = under(owner, self.rules.modules) if isinstance(owner, str) else None
+            if found is not None:
+                return found
         return None
 
 

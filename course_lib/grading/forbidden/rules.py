@@ -33,6 +33,7 @@ __all__ = [
     "REVIEW_BUILTINS",
     "REVIEW_ATTRS",
     "OPS_OF_RULE",
+    "NUMPY_BRIDGES",
     "Rules",
     "watch_spec",
 ]
@@ -195,6 +196,8 @@ class Rules:
         graded: the notebook's own graded functions not to call (``graded:softmax``).
         dynamic: for a live scan, ``id(object) -> path`` of the objects at
             :data:`DYNAMIC_PATHS` that are not modules (:func:`dynamic_objects`).
+        modules: whole libraries the graded code may not use at all (``module:numpy``,
+            where the rule is "only torch and math").
     """
 
     exact: set[str]
@@ -202,6 +205,7 @@ class Rules:
     objects: dict[int, str] = field(default_factory=dict)
     graded: set[str] = field(default_factory=set)
     dynamic: dict[int, str] = field(default_factory=dict)
+    modules: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, rules: Sequence[str], live: bool) -> Rules:
@@ -209,6 +213,7 @@ class Rules:
             {x for x in rules if ":" not in x},
             {x.split(":", 1)[1] for x in rules if x.startswith("method:")},
             graded={x.split(":", 1)[1] for x in rules if x.startswith("graded:")},
+            modules={x.split(":", 1)[1] for x in rules if x.startswith("module:")},
         )
         if live:
             for rule in r.exact:
@@ -263,8 +268,15 @@ def is_reference(obj: Any) -> bool:
     return isinstance(module, str) and module.split(".")[0] == REFERENCE_PACKAGE and callable(obj)
 
 
+#: The tensor methods that hand a tensor's memory to numpy (``np.asarray(x)`` calls the
+#: second): forbidden with ``module:numpy``, and reported in its words.
+NUMPY_BRIDGES = ("numpy", "__array__")
+
+
 def describe(path: str, written: str) -> str:
     """The note for a forbidden call ``path``, read in the code as ``written``."""
+    if path in [f"the tensor method .{m}()" for m in NUMPY_BRIDGES]:
+        return module_note("numpy")
     shown = path if path == written else f"{path} (written {written})"
     if path.split(".")[0] == REFERENCE_PACKAGE:
         return f"uses {shown}, a reference implementation: graded functions must be your own code"
@@ -274,6 +286,16 @@ def describe(path: str, written: str) -> str:
 def graded_note(name: str) -> str:
     """The note for a call of the notebook's own graded function ``name``."""
     return f"calls your own {name}, which this exercise asks you to do without (write it out here)"
+
+
+def module_note(module: str) -> str:
+    """The note for a use of ``module``, a library this exercise's graded code may not use: the
+    same words wherever and however it is used, so that it is said once per function."""
+    return (
+        f"uses {module} (imported, or reached through a tensor's .{module}() or np.asarray): this "
+        f"exercise's graded functions may use only torch and math, so write it with torch tensors "
+        f"(the check measures the memory of torch tensors only)"
+    )
 
 
 def dynamic_note(what: str) -> str:
@@ -289,6 +311,9 @@ def check_path(path: str, written: str, rules: Rules, trusted: bool = False) -> 
         return graded_note(own)
     if path in rules.exact:
         return describe(path, written)
+    module = under(path, rules.modules)
+    if module is not None:
+        return module_note(module)
     if path.split(".")[0] == REFERENCE_PACKAGE and not trusted:
         return describe(path, written)
     if under(path, DYNAMIC_PATHS) or torch_internal(path):

@@ -33,10 +33,16 @@ from ... import cached_attention_step, sliding_window_mask, softmax, tiled_atten
 from ..._validation import _broadcast
 from ..compare import compare
 from ..exercise_spec import Exercise
+from ..forbidden.rules import NUMPY_BRIDGES
 from ..model import Call, Case, Mistake
 from ._common import SOFTMAX_FAMILY, WHOLE_ATTENTION, rand_mask, randn, rng
 
 __all__ = ["EXERCISES"]
+
+#: The notebook's rule "use only torch and math inside the graded functions": numpy (imported,
+#: or reached through a tensor's .numpy() or np.asarray) would build arrays the memory check
+#: never sees.
+TORCH_AND_MATH_ONLY = ("module:numpy", *(f"method:{m}" for m in NUMPY_BRIDGES))
 
 _NEG_INF = float("-inf")
 
@@ -688,7 +694,7 @@ EXERCISES = [
         reference=tiled_attention,
         make_cases=_tiled_cases,
         mistakes=_TILED_MISTAKES,
-        forbidden=WHOLE_ATTENTION + SOFTMAX_FAMILY,
+        forbidden=WHOLE_ATTENTION + SOFTMAX_FAMILY + TORCH_AND_MATH_ONLY,
         structure_args=(4, "block_size"),
         temporary_limit=temporary_limit,
         temporary_message=TEMPORARY_MESSAGE,
@@ -698,6 +704,7 @@ EXERCISES = [
         reference=sliding_window_mask,
         make_cases=_swm_cases,
         mistakes=_SWM_MISTAKES,
+        forbidden=TORCH_AND_MATH_ONLY,
         structure_args=(0, 1, "L", "S", "window", "causal"),
     ),
     Exercise(
@@ -705,7 +712,7 @@ EXERCISES = [
         reference=cached_attention_step,
         make_cases=_kv_cases,
         mistakes=_KV_MISTAKES,
-        forbidden=WHOLE_ATTENTION,
+        forbidden=WHOLE_ATTENTION + TORCH_AND_MATH_ONLY,
         output_names=("output", "new cache"),
     ),
 ]

@@ -1,0 +1,118 @@
+"""The rules a notebook states are the rules the autograder enforces (issue 29, item 3).
+
+Notebook 05 forbids PyTorch's own normalisations inside ``layer_norm`` and ``add_and_norm``:
+each of them (instance, batch, group norm, functional or module) standardises rows once they are
+reshaped into its axes. The sandboxed grader refuses them, said once per function, and an
+honest layer norm written from means and variances (float64, einsum, rsqrt) keeps full marks.
+Notebook 07 says "use only torch and math": numpy is refused there, an honest torch tiled
+attention keeps full marks.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import notebook
+
+from course_lib.autograder.autograde import grade_submission
+from course_lib.autograder.sandbox.runner import Limits, Runner
+from course_lib.autograder.sandbox_adapter import watch_lists
+
+SETUP = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nfrom course_lib.grading import check\n"
+HONEST_LN = """
+def layer_norm(x, gamma, beta, eps=1e-5):
+    x64 = x.double()
+    mean = x64.mean(dim=-1, keepdim=True)
+    var = x64.var(dim=-1, keepdim=True, unbiased=False)
+    scaled = torch.einsum("...e,e->...e", (x64 - mean) * torch.rsqrt(var + eps), gamma.double())
+    return (scaled + beta.double()).to(x.dtype)
+"""
+HONEST_AN = """
+def add_and_norm(x, sublayer_output, gamma, beta, eps=1e-5):
+    return layer_norm(x + sublayer_output, gamma, beta, eps)
+"""
+INSTANCE_NORM = """
+def layer_norm(x, gamma, beta, eps=1e-5):
+    rows = x.reshape(1, -1, x.shape[-1])  # every row a channel of one instance
+    return F.instance_norm(rows, eps=eps).reshape(x.shape) * gamma + beta
+"""
+BATCH_NORM = """
+def add_and_norm(x, sublayer_output, gamma, beta, eps=1e-5):
+    s = x + sublayer_output
+    columns = s.reshape(-1, s.shape[-1]).T  # every row a channel: batch statistics over E
+    return F.batch_norm(columns, None, None, training=True, eps=eps).T.reshape(s.shape) * gamma + beta
+"""
+GROUP_NORM_MODULE = """
+def add_and_norm(x, sublayer_output, gamma, beta, eps=1e-5):
+    rows = (x + sublayer_output).reshape(1, -1, x.shape[-1])
+    norm = nn.GroupNorm(rows.shape[1], rows.shape[1], eps=eps, affine=False)
+    return norm(rows).reshape(x.shape) * gamma + beta
+"""
+
+
+@pytest.mark.sandbox
+def test_the_sandboxed_grader_refuses_other_normalisations_once_and_keeps_the_honest_layer_norm():
+    with Runner(
+        mode="required", limits=Limits(call_seconds=5.0, submission_seconds=60.0), watch=watch_lists()
+    ) as runner:
+        honest = grade_submission(notebook(SETUP, HONEST_LN, HONEST_AN), "05_layer_norm", runner)
+        cheats = grade_submission(notebook(SETUP, INSTANCE_NORM, BATCH_NORM), "05_layer_norm", runner)
+        module = grade_submission(notebook(SETUP, HONEST_LN, GROUP_NORM_MODULE), "05_layer_norm", runner)
+    assert honest.status == "graded" and honest.flags == (), honest.messages
+    assert [(f["status"], f["score"] == f["max_score"] > 0) for f in honest.functions] == [("passed", True)] * 2
+    by_name = {f["function"]: f for f in cheats.functions}
+    for name, call in (("layer_norm", "F.instance_norm"), ("add_and_norm", "F.batch_norm")):
+        assert by_name[name]["status"] == "forbidden" and by_name[name]["score"] == 0, by_name[name]
+        assert len(by_name[name]["notes"]) == 1 and call in by_name[name]["notes"][0], by_name[name]["notes"]
+        assert all(r["feedback"] == "" for r in by_name[name]["results"]), by_name[name]["results"]
+    statuses = {f["function"]: f["status"] for f in module.functions}
+    assert statuses == {"layer_norm": "passed", "add_and_norm": "forbidden"}, module.functions
+    assert any("torch.nn.GroupNorm" in flag for flag in module.flags), module.flags
+
+
+TILED_IN_TORCH = """
+def tiled_attention(q, k, v, mask=None, block_size=128):
+    S = k.shape[-2]
+    scale = 1 / math.sqrt(q.shape[-1])
+    m = acc = total = None
+    for start in range(0, S, block_size):
+        x = torch.einsum("...ld,...sd->...ls", q, k[..., start : start + block_size, :]) * scale
+        if mask is not None:
+            block = mask[..., start : start + block_size] if mask.shape[-1] == S else mask
+            x = x.masked_fill(~block, -math.inf)
+        m_new = x.amax(-1, keepdim=True) if m is None else torch.maximum(m, x.amax(-1, keepdim=True))
+        safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        p = torch.exp(x - safe)
+        pv = p @ v[..., start : start + block_size, :]
+        if m is None:
+            acc, total = pv, p.sum(-1, keepdim=True)
+        else:
+            rescale = torch.exp(torch.where(torch.isfinite(m), m, safe) - safe)
+            acc, total = acc * rescale + pv, total * rescale + p.sum(-1, keepdim=True)
+        m = m_new
+    return acc / torch.where(total == 0, torch.ones_like(total), total)
+"""
+TILED_IN_NUMPY = """
+def tiled_attention(q, k, v, mask=None, block_size=128):
+    scores = q.double().numpy() @ np.swapaxes(k.double().numpy(), -1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(np.broadcast_to(mask.numpy(), scores.shape), scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = e.sum(axis=-1, keepdims=True)
+    return torch.from_numpy((e / np.where(total == 0, 1.0, total)) @ v.double().numpy()).to(q.dtype)
+"""
+
+
+@pytest.mark.sandbox
+def test_the_sandboxed_grader_refuses_numpy_in_tiled_attention_and_keeps_the_torch_one():
+    setup = "import math\nimport numpy as np\n" + SETUP
+    with Runner(
+        mode="required", limits=Limits(call_seconds=5.0, submission_seconds=60.0), watch=watch_lists()
+    ) as runner:
+        honest = grade_submission(notebook(setup, TILED_IN_TORCH), "07_efficient_attention", runner)
+        cheat = grade_submission(notebook(setup, TILED_IN_NUMPY), "07_efficient_attention", runner)
+    tiled = next(f for f in honest.functions if f["function"] == "tiled_attention")
+    assert tiled["status"] == "passed" and tiled["score"] == tiled["max_score"] > 0, tiled
+    tiled = next(f for f in cheat.functions if f["function"] == "tiled_attention")
+    assert tiled["status"] == "forbidden" and tiled["score"] == 0, tiled
+    assert len(tiled["notes"]) == 1 and "may use only torch and math" in tiled["notes"][0], tiled["notes"]
