@@ -10,6 +10,9 @@ attention keeps full marks.
 
 from __future__ import annotations
 
+import inspect
+
+import honest_code
 import pytest
 from conftest import notebook
 
@@ -18,18 +21,8 @@ from course_lib.autograder.sandbox.runner import Limits, Runner
 from course_lib.autograder.sandbox_adapter import watch_lists
 
 SETUP = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nfrom course_lib.grading import check\n"
-HONEST_LN = """
-def layer_norm(x, gamma, beta, eps=1e-5):
-    x64 = x.double()
-    mean = x64.mean(dim=-1, keepdim=True)
-    var = x64.var(dim=-1, keepdim=True, unbiased=False)
-    scaled = torch.einsum("...e,e->...e", (x64 - mean) * torch.rsqrt(var + eps), gamma.double())
-    return (scaled + beta.double()).to(x.dtype)
-"""
-HONEST_AN = """
-def add_and_norm(x, sublayer_output, gamma, beta, eps=1e-5):
-    return layer_norm(x + sublayer_output, gamma, beta, eps)
-"""
+HONEST_LN = inspect.getsource(honest_code.layer_norm)
+HONEST_AN = inspect.getsource(honest_code.add_and_norm)
 INSTANCE_NORM = """
 def layer_norm(x, gamma, beta, eps=1e-5):
     rows = x.reshape(1, -1, x.shape[-1])  # every row a channel of one instance
@@ -69,28 +62,7 @@ def test_the_sandboxed_grader_refuses_other_normalisations_once_and_keeps_the_ho
     assert any("torch.nn.GroupNorm" in flag for flag in module.flags), module.flags
 
 
-TILED_IN_TORCH = """
-def tiled_attention(q, k, v, mask=None, block_size=128):
-    S = k.shape[-2]
-    scale = 1 / math.sqrt(q.shape[-1])
-    m = acc = total = None
-    for start in range(0, S, block_size):
-        x = torch.einsum("...ld,...sd->...ls", q, k[..., start : start + block_size, :]) * scale
-        if mask is not None:
-            block = mask[..., start : start + block_size] if mask.shape[-1] == S else mask
-            x = x.masked_fill(~block, -math.inf)
-        m_new = x.amax(-1, keepdim=True) if m is None else torch.maximum(m, x.amax(-1, keepdim=True))
-        safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
-        p = torch.exp(x - safe)
-        pv = p @ v[..., start : start + block_size, :]
-        if m is None:
-            acc, total = pv, p.sum(-1, keepdim=True)
-        else:
-            rescale = torch.exp(torch.where(torch.isfinite(m), m, safe) - safe)
-            acc, total = acc * rescale + pv, total * rescale + p.sum(-1, keepdim=True)
-        m = m_new
-    return acc / torch.where(total == 0, torch.ones_like(total), total)
-"""
+TILED_IN_TORCH = inspect.getsource(honest_code.tiled_attention)
 TILED_IN_NUMPY = """
 def tiled_attention(q, k, v, mask=None, block_size=128):
     scores = q.double().numpy() @ np.swapaxes(k.double().numpy(), -1, -2) / math.sqrt(q.shape[-1])
