@@ -87,6 +87,10 @@ class TrainConfig:
     #: stop before ``steps`` once this many training batches in a row came out exactly right
     #: (every token of every sequence, teacher-forced, before the step's update); 0: never
     stop_after_exact: int = 0
+    #: the cosine decay ends at step ``decay_steps`` (0: at ``steps``) at ``lr_floor`` × ``lr``, and
+    #: the learning rate stays there for the steps after it
+    decay_steps: int = 0
+    lr_floor: float = 0.0
     model_kwargs: dict = dataclasses.field(default_factory=dict)
     task_kwargs: dict = dataclasses.field(default_factory=dict)
 
@@ -147,11 +151,12 @@ def default_config(task: str, model: str, seed: int = 0, **overrides: Any) -> Tr
     return TrainConfig(task=task, model=model, seed=seed, **settings)
 
 
-def _lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warm-up to 1, then cosine decay to 0."""
+def _lr_factor(step: int, warmup: int, total: int, floor: float = 0.0) -> float:
+    """Linear warm-up to 1, then cosine decay to ``floor`` at step ``total``, then ``floor``."""
     if step < warmup:
         return (step + 1) / warmup
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return max(floor, 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def train(
@@ -262,7 +267,9 @@ def _train(
     # step for these small models, where the optimiser step is a fifth of the time).
     fused = device.type in ("cpu", "cuda")
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config.warmup, config.steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: _lr_factor(s, config.warmup, config.decay_steps or config.steps, config.lr_floor)
+    )
     stream = task.stream("train", config.seed, config.length_power)
     start, start_cpu = time.perf_counter(), time.process_time()
     bar = tqdm(range(config.steps), desc=f"{config.model} on {config.task}", disable=not progress, mininterval=0.5)

@@ -7,6 +7,7 @@ targets are shown by `make bench` (course_lib/bench_models.py).
 import itertools
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import torch
@@ -159,6 +160,29 @@ def test_learning_rate_warms_up_then_decays_to_zero():
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in itertools.pairwise(factors[9:]))
     assert factors[-1] < 0.001
+
+
+def test_learning_rate_decays_to_its_floor_and_stays_there_after_the_decay():
+    factors = [_lr_factor(s, warmup=10, total=100, floor=0.02) for s in range(150)]
+    assert factors[:90] == [_lr_factor(s, warmup=10, total=100) for s in range(90)]  # the floor is not reached yet
+    assert all(a >= b for a, b in itertools.pairwise(factors[9:]))
+    assert factors[100:] == [0.02] * 50
+    assert min(factors) == 0.02
+
+
+def test_training_runs_past_the_decay_at_the_floor_learning_rate():
+    seen = []
+    config = tiny(steps=6, warmup=1, decay_steps=3, lr_floor=0.5, lr=1e-2)
+    real = torch.optim.lr_scheduler.LambdaLR.step
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        seen.append(self.optimizer.param_groups[0]["lr"])
+
+    with mock.patch.object(torch.optim.lr_scheduler.LambdaLR, "step", spy):
+        _, _, metrics = train(config, progress=False, threads=1)
+    assert metrics["steps"] == 6
+    assert seen[-3:] == [pytest.approx(5e-3)] * 3  # steps 3, 4, 5 after the decay: the floor
 
 
 def test_default_config_copies_the_defaults():
