@@ -67,7 +67,10 @@ def compare(
 
     Tensors must have the expected shape, a compatible dtype (bool for masks, floating
     point for values), and values within ``atol + rtol * |expected|``; a ``NaN`` or
-    ``inf`` counts as a match only where the expected value has the same. ``nested`` says
+    ``inf`` counts as a match only where the expected value has the same. A tensor on the
+    ``meta`` device (a shape and dtype, no values) matches one on ``meta`` of the same shape and
+    dtype, and nothing on another device; other devices' values are compared on the CPU (the
+    autograder's sandbox sends values, not devices, except ``meta``'s). ``nested`` says
     ``actual`` is an item of a returned tuple (for the wording of the feedback). With
     ``detail=False`` differing values are only said to differ (for a caller that asks
     whether two outputs match, not how far apart they are).
@@ -117,16 +120,23 @@ def _compare_tensor(
         return f"returned a tuple of {len(actual)} values, expected a single tensor"
     if not isinstance(actual, torch.Tensor):
         return f"{what} is {_with_article(type(actual).__name__)}, expected a torch.Tensor"
+    meta = (actual.device.type == "meta", expected.device.type == "meta")
+    if meta[0] != meta[1]:
+        return f"{what} is on the {actual.device.type} device, expected the {expected.device.type} device"
     if actual.shape != expected.shape:
         return f"{what} has shape {shape_str(actual)}, expected {shape_str(expected)}"
     if expected.dtype == torch.bool:
         if actual.dtype != torch.bool:
             return f"{what} has dtype {actual.dtype}, expected torch.bool (True = may attend)"
-        wrong = int((actual != expected).sum())
+        if any(meta):
+            return None  # a meta tensor holds no values
+        wrong = int((actual.cpu() != expected.cpu()).sum())
         return None if wrong == 0 else f"{what} has {wrong} of {expected.numel()} entries wrong"
     if expected.is_floating_point() and not (actual.is_floating_point()):
         return f"{what} has dtype {actual.dtype}, expected a floating-point tensor"
-    return _compare_values(actual, expected, atol, rtol, what, detail)
+    if any(meta):
+        return None
+    return _compare_values(actual.cpu(), expected.cpu(), atol, rtol, what, detail)
 
 
 def _compare_values(

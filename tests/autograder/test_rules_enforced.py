@@ -19,6 +19,7 @@ from conftest import notebook
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.sandbox.runner import Limits, Runner
 from course_lib.autograder.sandbox_adapter import watch_lists
+from course_lib.grading import check
 
 SETUP = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nfrom course_lib.grading import check\n"
 HONEST_LN = inspect.getsource(honest_code.layer_norm)
@@ -88,3 +89,42 @@ def test_the_sandboxed_grader_refuses_numpy_in_tiled_attention_and_keeps_the_tor
     tiled = next(f for f in cheat.functions if f["function"] == "tiled_attention")
     assert tiled["status"] == "forbidden" and tiled["score"] == 0, tiled
     assert len(tiled["notes"]) == 1 and "may use only torch and math" in tiled["notes"][0], tiled["notes"]
+
+
+CAUSAL_ON_DEVICE = {
+    "keyword": "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device).tril()\n",
+    "moved": (
+        "def causal_mask(size, device=None):\n"
+        "    pos = torch.arange(size)\n"
+        "    return (pos[:, None] >= pos[None, :]).to(device)\n"
+    ),
+    "filled": (
+        "def causal_mask(size, device=None):\n"
+        "    mask = torch.zeros(size, size, dtype=torch.bool, device=device)\n"
+        "    for l in range(size):\n"
+        "        mask[l, : l + 1] = True\n"
+        "    return mask\n"
+    ),
+}
+CAUSAL_ON_CPU = "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool).tril()\n"
+
+
+@pytest.mark.sandbox
+def test_the_sandboxed_grader_sees_a_causal_mask_ignore_its_device_as_check_does():
+    sources = {**CAUSAL_ON_DEVICE, "ignores device": CAUSAL_ON_CPU}
+    with Runner(
+        mode="required", limits=Limits(call_seconds=5.0, submission_seconds=60.0), watch=watch_lists()
+    ) as runner:
+        graded = {k: grade_submission(notebook(SETUP, src), "06_transformer", runner) for k, src in sources.items()}
+    for kind, src in sources.items():
+        mask = next(f for f in graded[kind].functions if f["function"] == "causal_mask")
+        namespace: dict = {}
+        exec(SETUP + src, namespace)
+        local = check(namespace["causal_mask"], name="causal_mask")
+        verdicts = [(r["name"], r["points"], r["feedback"], r["diagnosis"]) for r in mask["results"]]
+        assert verdicts == [(r.name, r.points, r.feedback, r.diagnosis) for r in local.results], kind
+        if kind in CAUSAL_ON_DEVICE:
+            assert mask["status"] == "passed" and mask["score"] == mask["max_score"] > 0, (kind, mask)
+        else:
+            assert [r["name"] for r in mask["results"] if not r["passed"]] == ["on the given device"], mask
+            assert mask["results"][-1]["diagnosis"].startswith("your causal_mask ignores its `device` argument")

@@ -175,15 +175,15 @@ def causal_mask_arange(size, device=None):
 
 
 def causal_mask_numpy(size, device=None):
-    return torch.from_numpy(np.tril(np.ones((size, size), dtype=bool)))
+    return torch.from_numpy(np.tril(np.ones((size, size), dtype=bool))).to(device)
 
 
 def causal_mask_loops(size, device=None):
-    return torch.tensor([[s <= l for s in range(size)] for l in range(size)], dtype=torch.bool)
+    return torch.tensor([[s <= l for s in range(size)] for l in range(size)], dtype=torch.bool, device=device)
 
 
 def causal_mask_not_triu(size, device=None):
-    return ~torch.triu(torch.ones(size, size, dtype=torch.bool), diagonal=1)
+    return ~torch.triu(torch.ones(size, size, dtype=torch.bool, device=device), diagonal=1)
 
 
 @pytest.mark.parametrize("fn", [causal_mask_arange, causal_mask_numpy, causal_mask_loops, causal_mask_not_triu])

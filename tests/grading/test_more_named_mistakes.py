@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_diagnosed
+from conftest import assert_diagnosed, assert_full_marks
 
 from course_lib.grading import check
 
@@ -22,10 +22,10 @@ INF = float("inf")
 # --- tiled_attention (07) ---------------------------------------------------------------------
 
 
-def _tiled(q, k, v, mask, block_size, *, flip=False, fill=-INF, block_max=False, width=None):
+def _tiled(q, k, v, mask, block_size, *, flip=False, fill=-INF, block_max=False, width=None, m_start=-INF):
     """One student's tiled attention; the keywords put in one mistake each."""
     S, D = k.shape[-2], q.shape[-1]
-    m = torch.full((*q.shape[:-1], 1), -INF)
+    m = torch.full((*q.shape[:-1], 1), m_start)
     l = torch.zeros((*q.shape[:-1], 1))
     acc = torch.zeros((*q.shape[:-1], v.shape[-1]))
     for s in range(0, S, block_size):
@@ -47,6 +47,10 @@ def tiled_with_the_rescale_factor_upside_down(q, k, v, mask=None, block_size=128
     return _tiled(q, k, v, mask, block_size, flip=True)
 
 
+def tiled_with_the_rescale_factor_upside_down_from_zero(q, k, v, mask=None, block_size=128):
+    return _tiled(q, k, v, mask, block_size, flip=True, m_start=0.0)  # no NaN on the first block
+
+
 def tiled_masking_with_zero(q, k, v, mask=None, block_size=128):
     return _tiled(q, k, v, mask, block_size, fill=0.0)
 
@@ -61,6 +65,7 @@ def tiled_scaled_by_sqrt_s(q, k, v, mask=None, block_size=128):
 
 MISTAKES = [
     ("tiled_attention", tiled_with_the_rescale_factor_upside_down, "the rescale factor is upside down"),
+    ("tiled_attention", tiled_with_the_rescale_factor_upside_down_from_zero, "starting m at 0 instead of -inf"),
     ("tiled_attention", tiled_masking_with_zero, "masking with 0 instead of -inf"),
     ("tiled_attention", tiled_with_the_block_maximum_as_running_maximum, "replaced by each block's own maximum"),
     ("tiled_attention", tiled_scaled_by_sqrt_s, "scaling by sqrt(S)"),
@@ -116,6 +121,46 @@ def relative_with_sin_and_cos_swapped_in_the_block(offset, d_model):
         c, s = math.cos(angle), math.sin(angle)
         M[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[s, -c], [c, s]])
     return M
+
+
+def _rotation_block(offset, d_model, i):
+    angle = offset / 10000 ** (2 * i / d_model)
+    return math.cos(angle), math.sin(angle)
+
+
+def relative_with_pairs_counted_from_one(offset, d_model):
+    M = torch.zeros(d_model, d_model)
+    for i in range(d_model // 2):
+        c, s = _rotation_block(offset, d_model, i)
+        M[2 * i - 1, 2 * i - 1], M[2 * i - 1, 2 * i] = c, -s  # 2i - 1, 2i: meant 2i, 2i + 1
+        M[2 * i, 2 * i - 1], M[2 * i, 2 * i] = s, c
+    return M
+
+
+def relative_with_the_rows_one_down(offset, d_model):
+    M = torch.zeros(d_model, d_model)
+    for i in range(d_model // 2):
+        c, s = _rotation_block(offset, d_model, i)
+        top, bottom = 2 * i + 1, (2 * i + 2) % d_model  # meant 2i, 2i + 1
+        M[top, 2 * i], M[top, 2 * i + 1] = c, -s
+        M[bottom, 2 * i], M[bottom, 2 * i + 1] = s, c
+    return M
+
+
+def relative_with_the_columns_one_left(offset, d_model):
+    M = torch.zeros(d_model, d_model)
+    for i in range(d_model // 2):
+        c, s = _rotation_block(offset, d_model, i)
+        M[2 * i, 2 * i - 1], M[2 * i, 2 * i] = c, -s  # columns 2i - 1, 2i: meant 2i, 2i + 1
+        M[2 * i + 1, 2 * i - 1], M[2 * i + 1, 2 * i] = s, c
+    return M
+
+
+MISTAKES += [
+    ("relative_position_matrix", relative_with_pairs_counted_from_one, "one row and one column off"),
+    ("relative_position_matrix", relative_with_the_rows_one_down, "the blocks sit one row off"),
+    ("relative_position_matrix", relative_with_the_columns_one_left, "the blocks sit one column off"),
+]
 
 
 MISTAKES += [
@@ -189,3 +234,36 @@ def relative_with_the_sine_rows_one_up(offset, d_model):
 
 def test_relative_blocks_one_row_off_are_named():
     assert_diagnosed(check(relative_with_the_sine_rows_one_up, name="relative_position_matrix"), "one row off")
+
+
+def tiled_with_the_running_maximum_from_zero(q, k, v, mask=None, block_size=128):
+    return _tiled(q, k, v, mask, block_size, m_start=0.0)  # any start >= the scores' max gives the same softmax
+
+
+def relative_from_2x2_blocks(offset, d_model):
+    blocks = []
+    for i in range(d_model // 2):
+        c, s = _rotation_block(offset, d_model, i)
+        blocks.append(torch.tensor([[c, -s], [s, c]]))
+    return torch.block_diag(*blocks)
+
+
+def relative_with_block_slices(offset, d_model):
+    M = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for i in range(d_model // 2):
+        c, s = _rotation_block(offset, d_model, i)
+        M[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+    return M.float()
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("tiled_attention", tiled_with_the_running_maximum_from_zero),
+        ("relative_position_matrix", relative_from_2x2_blocks),
+        ("relative_position_matrix", relative_with_block_slices),
+    ],
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_the_same_code_without_the_mistake_keeps_full_marks(name, fn):
+    assert_full_marks(check(fn, name=name))

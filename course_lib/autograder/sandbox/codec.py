@@ -139,8 +139,8 @@ def _read_preamble(preamble: bytes) -> tuple[Any, bool, np.dtype]:
     return header
 
 
-def load_npy(data: bytes) -> np.ndarray:
-    """An array from ``.npy`` bytes, checked before anything is allocated; never unpickles."""
+def _checked_preamble(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran order, dtype, preamble length) of ``.npy`` bytes, checked."""
     try:
         preamble = npy_preamble(data)
         shape, fortran, dtype = _read_preamble(preamble)
@@ -150,8 +150,22 @@ def load_npy(data: bytes) -> np.ndarray:
         raise BadResult(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
     if not isinstance(shape, tuple) or len(shape) > 32 or not all(type(s) is int and s >= 0 for s in shape):
         raise BadResult("returned a tensor of an invalid shape")
+    return shape, fortran, dtype, len(preamble)
+
+
+def load_meta(data: bytes) -> torch.Tensor:
+    """A tensor on the ``meta`` device (a shape and a dtype, no values) from the ``.npy``
+    preamble that stands for it (:func:`~.worker.protocol.tensor_node`): nothing is allocated."""
+    shape, _fortran, dtype, offset = _checked_preamble(data)
+    if offset != len(data):
+        raise BadResult("returned a meta tensor with data")
+    return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype.newbyteorder("="))).dtype, device="meta")
+
+
+def load_npy(data: bytes) -> np.ndarray:
+    """An array from ``.npy`` bytes, checked before anything is allocated; never unpickles."""
+    shape, fortran, dtype, offset = _checked_preamble(data)
     count = math.prod(shape)
-    offset = len(preamble)
     if count * dtype.itemsize != len(data) - offset:
         raise BadResult("returned a tensor whose data does not match its shape")
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
@@ -176,7 +190,10 @@ def decode_value(
 ) -> Any:
     """Plain data from a reply's value tree. Each blob may be used once (an honest reply never
     refers to one array twice), and the decoded bytes come out of ``budget``. ``tags`` are the
-    node kinds allowed (a stand-in's arguments may hold ``None`` and strings too)."""
+    node kinds allowed (a stand-in's arguments may hold ``None`` and strings too). A tensor made
+    on the ``meta`` device comes back on ``meta`` (the grader's judges compare that device);
+    one made on another device comes back with its values, on the CPU (as
+    :func:`~course_lib.grading.compare.compare` compares values)."""
     budget = budget if budget is not None else Budget()
     used: set[int] = set()
 
@@ -186,7 +203,10 @@ def decode_value(
             raise BadResult("returned a value that refers to the same array twice")
         used.add(b)
         budget.take(len(blob))
-        x = torch.from_numpy(load_npy(blob))
+        device = n.get("device", "cpu")
+        if type(device) is not str:
+            raise BadResult("returned a value of an unexpected form")
+        x = load_meta(blob) if device == "meta" else torch.from_numpy(load_npy(blob))
         if n.get("dtype") == "torch.bfloat16" and x.dtype == torch.float32:
             x = x.to(torch.bfloat16)
         return x

@@ -226,6 +226,22 @@ def _rpm_rows_down(offset: int, d_model: int) -> torch.Tensor:
     return relative_position_matrix(offset, d_model).roll(1, dims=0)  # rows 2i + 1, (2i + 2) % d_model
 
 
+def _rpm_columns_left(offset: int, d_model: int) -> torch.Tensor:
+    return relative_position_matrix(offset, d_model).roll(-1, dims=1)  # columns 2i - 1, 2i (column -1 is the last)
+
+
+def _rpm_columns_right(offset: int, d_model: int) -> torch.Tensor:
+    return relative_position_matrix(offset, d_model).roll(1, dims=1)  # columns 2i + 1, (2i + 2) % d_model
+
+
+def _rpm_diagonal_up(offset: int, d_model: int) -> torch.Tensor:
+    return relative_position_matrix(offset, d_model).roll((-1, -1), dims=(0, 1))  # rows and columns 2i - 1, 2i
+
+
+def _rpm_diagonal_down(offset: int, d_model: int) -> torch.Tensor:
+    return relative_position_matrix(offset, d_model).roll((1, 1), dims=(0, 1))  # rows and columns 2i + 1, 2i + 2
+
+
 def _rpm_transposed(offset: int, d_model: int) -> torch.Tensor:
     return _rotation(offset, d_model, _pair_frequencies(d_model), sign=-1.0)
 
@@ -320,6 +336,15 @@ def _rpm_cases() -> list[Case]:
 _RPM_ROW_OFF = (
     "the blocks sit one row off (rows 2i - 1 and 2i, or 2i + 1 and 2i + 2, where a row index of -1 is "
     "the last row): block i fills rows 2i and 2i + 1 and columns 2i and 2i + 1 of M"
+)
+_RPM_COLUMN_OFF = (
+    "the blocks sit one column off (columns 2i - 1 and 2i, or 2i + 1 and 2i + 2, where a column index of "
+    "-1 is the last column): block i fills rows 2i and 2i + 1 and columns 2i and 2i + 1 of M"
+)
+_RPM_DIAGONAL_OFF = (
+    "the blocks sit one row and one column off, at rows and columns 2i - 1 and 2i (or 2i + 1 and 2i + 2), "
+    "as when the pairs are counted from 1 in a loop over i from 0 (an index of -1 is the last row or "
+    "column): block i fills rows 2i and 2i + 1 and columns 2i and 2i + 1 of M"
 )
 
 
@@ -449,6 +474,10 @@ EXERCISES = [
             ),
             Mistake(_RPM_ROW_OFF, _rpm_rows_up),
             Mistake(_RPM_ROW_OFF, _rpm_rows_down),
+            Mistake(_RPM_COLUMN_OFF, _rpm_columns_left),
+            Mistake(_RPM_COLUMN_OFF, _rpm_columns_right),
+            Mistake(_RPM_DIAGONAL_OFF, _rpm_diagonal_up),
+            Mistake(_RPM_DIAGONAL_OFF, _rpm_diagonal_down),
         ],
         forbidden=(),
     ),

@@ -128,55 +128,93 @@ def _padding_mask_cases() -> list[Case]:
 
 
 def _causal_no_diagonal(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size, dtype=torch.bool).tril(diagonal=-1)
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril(diagonal=-1)
 
 
 def _causal_one_above(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size, dtype=torch.bool).tril(diagonal=1)
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril(diagonal=1)
 
 
 def _causal_inverted(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(diagonal=1)
 
 
 def _causal_upper(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size, dtype=torch.bool).triu()
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu()
 
 
 def _causal_float(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size).tril()
+    return torch.ones(size, size, device=device).tril()
 
 
 def _causal_long(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size, dtype=torch.long).tril()
+    return torch.ones(size, size, dtype=torch.long, device=device).tril()
 
 
 def _causal_additive_inf(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.zeros(size, size).masked_fill(~torch.ones(size, size, dtype=torch.bool).tril(), float("-inf"))
+    return torch.zeros(size, size, device=device).masked_fill(
+        ~torch.ones(size, size, dtype=torch.bool, device=device).tril(), float("-inf")
+    )
 
 
 def _causal_additive_big(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.zeros(size, size).masked_fill(~torch.ones(size, size, dtype=torch.bool).tril(), -1e9)
+    return torch.zeros(size, size, device=device).masked_fill(
+        ~torch.ones(size, size, dtype=torch.bool, device=device).tril(), -1e9
+    )
 
 
 def _causal_1ll(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(1, size, size, dtype=torch.bool).tril()
+    return torch.ones(1, size, size, dtype=torch.bool, device=device).tril()
 
 
 def _causal_11ll(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(1, 1, size, size, dtype=torch.bool).tril()
+    return torch.ones(1, 1, size, size, dtype=torch.bool, device=device).tril()
 
 
 def _causal_11ll_float(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size).tril().view(1, 1, size, size)
+    return torch.ones(size, size, device=device).tril().view(1, 1, size, size)
 
 
 def _causal_inverted_float(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size).triu(diagonal=1)
+    return torch.ones(size, size, device=device).triu(diagonal=1)
 
 
 def _causal_all_true(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    return torch.ones(size, size, dtype=torch.bool)
+    return torch.ones(size, size, dtype=torch.bool, device=device)
+
+
+def _causal_ignores_device(size: int, device: torch.device | str | None = None) -> torch.Tensor:
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
+#: The named mistake of a mask made on the default device whatever ``device`` says.
+IGNORES_DEVICE = (
+    "your causal_mask ignores its `device` argument: the mask is made on the default device (the CPU) "
+    "whatever `device` says; pass `device=device` to the torch call that creates the tensor"
+)
+
+#: The device the device case asks for: ``meta`` holds shapes and dtypes but no values, so it
+#: exists on every machine (no GPU needed) and crosses the autograder's sandbox as it is.
+TEST_DEVICE = "meta"
+
+
+def _asked_device(call: Call) -> Any:
+    """The ``device`` a call of causal_mask passes (by keyword or as its second argument)."""
+    return call.kwargs.get("device", call.args[1] if len(call.args) > 1 else None)
+
+
+def _on_device(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
+    """The mask is made on the device the call names (and is the right shape and dtype there)."""
+    for call, mask, exp in zip(calls, actual, expected, strict=False):
+        if isinstance(mask, torch.Tensor) and mask.device.type != exp.device.type:
+            return (
+                f"the mask is on the {mask.device.type} device, but this call passed device={_asked_device(call)!r}: "
+                "create the mask on `device`"
+            )
+        problem = compare(mask, exp, what="the mask")
+        if problem is not None:
+            return problem
+    return None
 
 
 def _future_invariance(calls: Sequence[Call], actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
@@ -215,6 +253,7 @@ def _causal_mask_cases() -> list[Case]:
     tiny, small, odd = fresh_int(g, 2, range(8, 11)), fresh_int(g, 5, range(11, 15)), fresh_int(g, 7, range(15, 20))
     little, large = fresh_int(g, 3, range(8, 21)), fresh_int(g, 64, range(48, 81))
     future = [fresh_int(g, 4, range(8, 13)), fresh_int(g, 6, range(13, 18))]
+    on_device = [fresh_int(g, 3, range(8, 13)), fresh_int(g, 5, range(13, 18))]
     smallest = "the smallest masks" if tiny == 2 else f"sizes 1 and {tiny}"
     return [
         Case(f"sizes 1 and {tiny}", f"{smallest} (a token always sees itself)", [Call((1,)), Call((tiny,))], points=1),
@@ -232,6 +271,13 @@ def _causal_mask_cases() -> list[Case]:
             [Call((n,)) for n in future],
             points=1,
             judge=_future_invariance,
+        ),
+        Case(
+            "on the given device",
+            f"the mask is made on the device passed as `device` (here {TEST_DEVICE!r}, which holds no values)",
+            [Call((on_device[0],), {"device": TEST_DEVICE}), Call((on_device[1], TEST_DEVICE))],
+            points=1,
+            judge=_on_device,
         ),
     ]
 
@@ -733,6 +779,7 @@ EXERCISES = [
                 _causal_inverted_float,
             ),
             Mistake("every entry is True: nothing is masked, so every query sees the future", _causal_all_true),
+            Mistake(IGNORES_DEVICE, _causal_ignores_device),
         ],
         forbidden=(
             "torch.nn.Transformer.generate_square_subsequent_mask",

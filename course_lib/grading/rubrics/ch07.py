@@ -72,6 +72,7 @@ def _tiled(
     flip_rescale=False,
     block_max=False,
     scale_width="D",
+    m_start=_NEG_INF,
 ):
     *_, L, D = q.shape
     S = k.shape[-2]
@@ -80,7 +81,7 @@ def _tiled(
         mask = mask.expand(*batch, L, S)  # (*, L, S), a view
     if scale:
         q = q / math.sqrt(S if scale_width == "S" else D)
-    m = q.new_full((*batch, L, 1), _NEG_INF)  # (*, L, 1)
+    m = q.new_full((*batch, L, 1), m_start)  # (*, L, 1)
     denom = q.new_zeros((*batch, L, 1))  # (*, L, 1)
     acc = q.new_zeros((*batch, L, v.shape[-1]))  # (*, L, Dv)
     end = S - S % block_size if drop_partial else S
@@ -182,6 +183,13 @@ _TILED_MISTAKES = [
         "starting at -inf, e^(m_new - m) is inf on the first block, so inf * 0 gives NaN. Multiply by "
         "torch.exp(m - m_new)",
         _tiled_variant(flip_rescale=True),
+    ),
+    Mistake(
+        "the rescale factor is upside down, e^(m_new - m) instead of e^(m - m_new): when the running "
+        "maximum grows, the old denominator and accumulator must shrink (a factor of at most 1), not grow, "
+        "and large scores overflow it to inf. Multiply by torch.exp(m - m_new) (starting m at 0 instead of "
+        "-inf only hides the NaN the upside-down factor gives on the first block)",
+        _tiled_variant(flip_rescale=True, m_start=0.0),
     ),
     Mistake(
         "the running maximum is replaced by each block's own maximum: it must be the maximum over every key "

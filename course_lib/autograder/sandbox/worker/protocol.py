@@ -7,7 +7,8 @@ in the job's sequence) and, as its last blob, an HMAC-SHA256 of the header and t
 blobs under the job's key (:func:`frame_mac`).
 
 Values (call arguments, results) travel as a tree of nodes (:func:`decode_tree`): ``{"t":
-"tensor", "b": blob index, "dtype": "torch.float32"}``, ``{"t": "tuple"|"list", "items":
+"tensor", "b": blob index, "dtype": "torch.float32"}`` (and ``"device": "meta"`` for a result
+made on a device other than the CPU: :func:`tensor_node`), ``{"t": "tuple"|"list", "items":
 [...]}``, ``{"t": "none"}``, and ``{"t": "bool"|"int"|"float"|"str", "v": ...}`` (a float that
 is not finite as its ``repr``). A tensor from the student's process is ``.npy`` bytes, parsed
 and checked by the grader; a tensor from the grader (its own data) is raw bytes, its node
@@ -254,10 +255,16 @@ RESULT_TAGS = frozenset(("tensor", "tuple", "bool", "int", "float"))  # student 
 _NON_FINITE = ("nan", "inf", "-inf")
 
 
-def tensor_node(blob: int, dtype: str) -> Header:
+def tensor_node(blob: int, dtype: str, device: str = "cpu") -> Header:
     """The node of a tensor whose ``.npy`` bytes are blob number ``blob``; ``dtype`` is the
-    torch dtype's name (a bfloat16 tensor travels as float32 and is converted back)."""
-    return {"t": "tensor", "b": blob, "dtype": dtype}
+    torch dtype's name (a bfloat16 tensor travels as float32 and is converted back). A tensor
+    the student's function made on another device carries that device's type (``"device":
+    "meta"``); its values travel as the CPU's, and a ``meta`` tensor, which has none, as its
+    ``.npy`` preamble alone (its shape and dtype)."""
+    node: Header = {"t": "tensor", "b": blob, "dtype": dtype}
+    if device != "cpu":
+        node["device"] = device
+    return node
 
 
 def float_node(v: float) -> Header:

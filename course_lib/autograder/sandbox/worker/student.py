@@ -132,8 +132,8 @@ class StudentHarness(_Values):
         base = torch._C.TensorBase
         self._t = types.SimpleNamespace(
             **{n: getattr(base, n) for n in ("detach", "cpu", "to", "is_complex", "resolve_conj", "resolve_neg")},
-            **{n: getattr(base, n) for n in ("contiguous", "numpy")},
-            **{n: base.__dict__[n].__get__ for n in ("layout", "device", "dtype", "is_quantized")},
+            **{n: getattr(base, n) for n in ("contiguous", "numpy", "new_zeros")},
+            **{n: base.__dict__[n].__get__ for n in ("layout", "device", "dtype", "is_quantized", "shape")},
             strided=torch.strided,
             bfloat16=torch.bfloat16,
             float32=torch.float32,

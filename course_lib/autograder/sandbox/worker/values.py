@@ -78,7 +78,9 @@ class _Values:
         if type(value) is not self._Tensor:
             return False
         try:
-            arr = self._array(value)[0]
+            arr, _, device = self._array(value)
+            if device == "meta":
+                return False  # an argument moved to meta (x.data = ...) no longer holds its bytes
             return arr.dtype.str == node["descr"] and list(arr.shape) == node["shape"] and arr.tobytes() == blob
         except Exception:  # noqa: BLE001 - a tensor that cannot even be read back is not as it was
             return False
@@ -89,8 +91,9 @@ class _Values:
             raise _BadType("returned a value nested too deeply")
         t = type(value)
         if t is self._Tensor:
-            arr, dtype = self._array(value)
-            self.result_bytes += arr.nbytes
+            arr, dtype, device = self._array(value)
+            meta = device == "meta"  # a shape and a dtype, no values: the preamble alone
+            self.result_bytes += 0 if meta else arr.nbytes
             if self.result_bytes > MAX_RESULT_BYTES // 2:
                 raise _BadType(f"returned more than {MAX_RESULT_BYTES // 2 >> 20} MB of tensors")
             key = (arr.dtype, arr.shape)
@@ -98,8 +101,8 @@ class _Values:
                 buf = io.BytesIO()
                 self._write_header(buf, {"descr": self._descr(arr.dtype), "fortran_order": False, "shape": arr.shape})
                 self._preambles[key] = buf.getvalue()
-            blobs.append(self._preambles[key] + arr.tobytes())
-            return tensor_node(len(blobs) - 1, dtype)
+            blobs.append(self._preambles[key] + (b"" if meta else arr.tobytes()))
+            return tensor_node(len(blobs) - 1, dtype, device)
         if t is tuple or t is list:
             if len(value) > MAX_ITEMS:
                 raise _BadType(f"returned a {t.__name__} of {len(value)} items")
@@ -116,16 +119,23 @@ class _Values:
             raise _BadType(f"returned a {t.__name__} (a subclass of torch.Tensor), expected a plain torch.Tensor")
         raise _BadType(f"returned a {_type_name(t)}, expected a torch.Tensor")
 
-    def _array(self, value: Any) -> tuple[Any, str]:
-        """A result tensor as a numpy array, and its torch dtype's name (only the functions
-        captured in ``__init__`` run)."""
+    def _array(self, value: Any) -> tuple[Any, str, str]:
+        """A result tensor as a numpy array, its torch dtype's name and its device's type (only
+        the functions captured in ``__init__`` run). A tensor on another device is copied to the
+        CPU; one on ``meta`` has no values to copy: its array is a zero broadcast to its shape
+        (its values are never sent, :meth:`_encode`)."""
         t = self._t
         no_function, no_dispatch = t.no_modes
         with no_function(), no_dispatch():
             x = t.detach(value)
             if t.layout(x) != t.strided:
                 raise _BadType(f"returned a {t.layout(x)} tensor, expected an ordinary (dense) torch.Tensor")
-            if t.device(x).type != "cpu":
+            device = str(t.device(x).type)
+            shape = None
+            if device == "meta":
+                shape = tuple(int(n) for n in t.shape(x))
+                x = t.new_zeros(x, (), device="cpu")
+            elif device != "cpu":
                 x = t.cpu(x)
             dtype = str(t.dtype(x))
             if t.dtype(x) == t.bfloat16:
@@ -135,7 +145,9 @@ class _Values:
             arr = t.numpy(t.contiguous(t.resolve_neg(t.resolve_conj(x))))
         if arr.dtype.kind not in "biuf":
             raise _BadType(f"returned a tensor of dtype {dtype}, expected real numbers or booleans")
-        return arr, dtype
+        if shape is not None:
+            arr = self.np.broadcast_to(arr, shape)
+        return arr, dtype, device
 
     def _encode_arg(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
         """A stand-in's arguments: as results (tensors, numbers, tuples), plus None and strings."""
