@@ -87,7 +87,7 @@ class TrainConfig:
     #: stop before ``steps`` once this many training batches in a row came out exactly right
     #: (every token of every sequence, teacher-forced, before the step's update); 0: never
     stop_after_exact: int = 0
-    #: the cosine decay ends at step ``decay_steps`` (0: at ``steps``) at ``lr_floor`` × ``lr``, and
+    #: the cosine decay ends at step ``decay_steps`` (0: at ``steps``) at ``lr_floor`` times ``lr``, and
     #: the learning rate stays there for the steps after it
     decay_steps: int = 0
     lr_floor: float = 0.0
@@ -129,11 +129,11 @@ _DEFAULTS = {
         stop_after_exact=10,
     ),
     "bahdanau": dict(
-        steps=160,
+        steps=200,
         batch_size=64,
         lr=2e-2,
         warmup=20,
-        stop_after_exact=15,
+        stop_after_exact=20,
         model_kwargs=dict(embed_dim=32, hidden_dim=64),
     ),
     "luong": dict(steps=600, batch_size=128, lr=1e-2, warmup=50, model_kwargs=dict(embed_dim=32, hidden_dim=64)),
