@@ -106,8 +106,9 @@ def describe_exception(e: BaseException) -> str:
 
 
 def _error_kind(message: str) -> str:
-    """What makes two errors the same error: their text, sizes left out."""
-    return re.sub(r"\d+", "#", message)
+    """What makes two errors the same error: their message and line, sizes and operands left
+    out (the same line failing on a 3-D and a 4-D input is one mistake)."""
+    return re.sub(r"\d+", "#", message.partition(", where `")[0])
 
 
 @dataclass

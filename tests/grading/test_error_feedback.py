@@ -189,6 +189,14 @@ def test_a_repeated_error_is_reported_once_with_its_tests():
         assert r.feedback.startswith("raised RuntimeError (") and "Inputs of this test: query (" in r.feedback, r
 
 
+def test_the_same_line_failing_on_inputs_of_other_ranks_is_one_error():
+    report = _judged_as_in_a_notebook(sdpa_with_dot_t, "scaled_dot_product_attention")
+    broadcast = [(e, tests) for e, tests in errors_of(report.results) if "must match the size of tensor b" in e]
+    assert len(broadcast) == 1, broadcast
+    tests = broadcast[0][1]
+    assert "extra batch dims" in tests and "L != S, Dv != D" in tests, tests  # 4-D and 3-D inputs
+
+
 def test_an_older_record_without_errors_still_renders_its_feedback():
     old = {
         "function": "cosine_score",
