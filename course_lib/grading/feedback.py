@@ -132,7 +132,7 @@ def error_feedback(reference: Callable[..., Any], call: Any, outcome: Any, hints
     head = message.partition(":")[0]
     hint = error_hint(message, hints, mask=_takes_mask(reference))
     error = f"{message}{' ' if message.endswith('.') else '. '}Hint: {hint}" if hint else message
-    return Feedback(f"{head} (its message, line and hint: under Error, said once for its tests). {inputs}", error)
+    return Feedback(f"{head} (the error is said once, under Error, with the tests it affects). {inputs}", error)
 
 
 def _takes_mask(reference: Callable[..., Any]) -> bool:

@@ -20,6 +20,7 @@ from course_lib.autograder.autograde import grade_submission, refused_record
 from course_lib.autograder.exports import feedback_html, feedback_markdown, gradescope_results
 from course_lib.autograder.sandbox.runner import Limits, Runner
 from course_lib.autograder.sandbox_adapter import watch_lists
+from course_lib.autograder.untrusted_text import operand_message
 from course_lib.grading import check
 from course_lib.grading.feedback import errors_of
 
@@ -104,3 +105,12 @@ def test_the_feedback_files_say_an_error_once_and_an_older_record_renders_as_it_
     old_rec = _record_of(old)
     assert feedback_markdown("ana", [old_rec]).count("an older message") == len(tests)
     assert all("an older message" in t["output"] for t in gradescope_results(old_rec)["tests"][: len(tests)])
+
+
+def test_the_operands_keep_their_shapes_but_never_a_run_of_values():
+    words = ", where `mask` is (2, 1, 16, 24) bool and `x` is a list of ((3) float32, (3) float32)"
+    assert operand_message(words) == words
+    forged = ", where `x` is (1, 2) float32 and 0.1235, 0.9876, 0.5555, 0.4444 follow"
+    assert "0.1235" not in operand_message(forged) and "(1, 2) float32" in operand_message(forged)
+    assert operand_message("raised ValueError: 1, 2, 3, 4") == ""  # not the worker's words
+    assert operand_message(None) == "" and len(operand_message(", where `x` is " + "a" * 1000)) == 300
