@@ -192,7 +192,7 @@ ERROR_HINTS: tuple[ErrorHint, ...] = (
     ErrorHint(
         ("Sizes of tensors must match except in dimension",),
         "`torch.cat` joins tensors along one dim and every other dim must match: check the dim you "
-        "concatenate on (the one that grows, e.g. the time axis -2 of a (N, H, t, D) cache)",
+        "concatenate on (the one that grows; count it from the end, -1 is the last)",
     ),
     ErrorHint(
         ("Dimension out of range",), "a dim index beyond the tensor's number of dims: count dims from the end (-1, -2)"

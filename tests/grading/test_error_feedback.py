@@ -145,6 +145,30 @@ def test_no_exercise_without_a_mask_parameter_gets_a_mask_in_any_hint():
             assert ("mask" in hint) == takes_mask, (name, hint)
 
 
+def cached_step_grown_along_the_last_dim(q, k, v, cache=None):
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], dim=-1), torch.cat([cache[1], v], dim=-1)  # the feature dim, not time
+    w = _softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    return w @ v, (k, v)
+
+
+def test_a_cache_grown_along_the_wrong_dim_gets_the_time_axis_hint():
+    errors = _errors(check(cached_step_grown_along_the_last_dim, name="cached_attention_step"))
+    # (with a cache of one position the concatenation succeeds, and the product after it fails)
+    cat = [e for e in errors if "Sizes of tensors must match except in dimension" in e]
+    assert cat and all("`torch.cat([K, k], dim=-2)`" in e.partition("Hint: ")[2] for e in cat), errors
+
+
+def test_no_exercise_but_the_cached_step_gets_a_cache_in_a_hint():
+    message = "raised RuntimeError: Sizes of tensors must match except in dimension 1. Expected size 3 but got size 1"
+    for names in ASSIGNMENTS.values():
+        for name in names:
+            ex = exercise(name)
+            hint = error_hint(message, ex.error_hints, mask="mask" in inspect.signature(ex.reference).parameters)
+            assert "`torch.cat`" in hint or name == "cached_attention_step", (name, hint)
+            assert ("cache" in hint) == (name == "cached_attention_step"), (name, hint)
+
+
 def test_broadcast_hint_speaks_of_the_mask_where_the_function_takes_one():
     report = check(pool_with_a_reshaped_mask, name="attention_pool")
     errors = _errors(report)

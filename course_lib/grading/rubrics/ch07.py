@@ -140,6 +140,15 @@ _TILED_HINTS = (
     ),
 )
 
+#: The error of a cache grown along the wrong dim.
+_CACHE_HINTS = (
+    ErrorHint(
+        ("Sizes of tensors must match except in dimension", "Tensors must have same number of dimensions"),
+        "the cache grows along its time axis, the second-to-last: `torch.cat([K, k], dim=-2)` joins the "
+        "(N, H, t, D) cache and the new (N, H, 1, D) key into (N, H, t + 1, D); the same for V",
+    ),
+)
+
 TEMPORARY_MESSAGE = (
     "computing the scores of all S keys at once (or of more keys than block_size): tiling in name only. "
     "Compute one block at a time, q @ k[..., start:start + block_size, :].transpose(-2, -1) of shape "
@@ -727,5 +736,6 @@ EXERCISES = [
         mistakes=_KV_MISTAKES,
         forbidden=WHOLE_ATTENTION + TORCH_AND_MATH_ONLY,
         output_names=("output", "new cache"),
+        error_hints=_CACHE_HINTS,
     ),
 ]
