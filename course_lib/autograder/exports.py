@@ -22,7 +22,7 @@ import json
 import re
 from pathlib import Path
 
-from ..grading.feedback import composition_lines, mistake_lines
+from ..grading.feedback import composition_lines, error_lines, errors_of, mistake_lines
 from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
 from .identity import identity
@@ -245,8 +245,10 @@ def gradescope_results(rec: Record) -> dict:
     tests = []
     for fr in rec.functions:
         said: dict[str, str] = {}  # each likely mistake in full once, on the first test it explains
+        errors = {tests[0]: (error, tests) for error, tests in errors_of(fr["results"])}
         for r in fr["results"]:
             lines = [r["feedback"]] if r["feedback"] else ["passed"]
+            lines += _error_said_once(r, errors)
             for message in r.get("diagnoses") or ([r["diagnosis"]] if r["diagnosis"] else []):
                 if message in said:
                     lines.append(f"Likely mistake: the one named in test '{said[message]}'")
@@ -273,6 +275,19 @@ def gradescope_results(rec: Record) -> dict:
         "stdout_visibility": "hidden",
         "tests": tests,
     }
+
+
+def _error_said_once(r: dict, errors: dict[str, tuple[str, list[str]]]) -> list[str]:
+    """A Gradescope test's lines for the error it raised: in full on the first test it affects
+    (with the others named), referred to on the others."""
+    if not r.get("error"):
+        return []
+    if r["name"] in errors:
+        error, tests = errors[r["name"]]
+        also = f" (also tests {', '.join(repr(t) for t in tests[1:])})" if len(tests) > 1 else ""
+        return [f"Error{also}: {error}"]
+    first = next((t for t, (_, tests) in errors.items() if r["name"] in tests), "")
+    return [f"Error: the one shown in test '{first}'"]
 
 
 def export_gradescope(db: str | Path, out: str | Path) -> int:
@@ -314,7 +329,7 @@ def feedback_markdown(student: str, recs: list[Record]) -> str:
                 if r["feedback"] and not fr["notes"]:
                     line += f". {e(r['feedback'])}"
                 lines.append(line)
-            for m in mistake_lines(fr["results"]):
+            for m in (*error_lines(fr["results"]), *mistake_lines(fr["results"])):
                 head, _, message = m.partition(": ")
                 lines.append(f"- *{e(head)}:* {e(message)}")
             lines += [f"- {e(c)}" for c in composition_lines(fr["function"], fr.get("composition"), fr["max_score"])]
@@ -345,7 +360,7 @@ def feedback_html(student: str, recs: list[Record]) -> str:
                 if r["feedback"] and not fr["notes"]:
                     item += f". {h(r['feedback'])}"
                 items.append(f"<li>{item}</li>")
-            for m in mistake_lines(fr["results"]):
+            for m in (*error_lines(fr["results"]), *mistake_lines(fr["results"])):
                 head, _, message = m.partition(": ")
                 items.append(f"<li><i>{h(head)}:</i> {h(message)}</li>")
             comp = composition_lines(fr["function"], fr.get("composition"), fr["max_score"])

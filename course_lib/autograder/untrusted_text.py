@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["valid_utf8", "clean_record", "student_message", "markdown_escape", "csv_cell"]
+__all__ = ["valid_utf8", "clean_record", "student_message", "operand_message", "markdown_escape", "csv_cell"]
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 #: Four or more numbers in a row (separated by commas, spaces, brackets): tensor contents.
@@ -43,6 +43,28 @@ def student_message(s: Any, limit: int = 300) -> str:
     s = _CONTROL.sub(" ", valid_utf8(s))
     s = _NUMBER_RUN.sub("... ", s)
     s = " ".join(s.split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+#: A tensor's shape and dtype as the worker words an operand (``(2, 1, 16, 24) float32``): sizes only.
+_SHAPE_AND_DTYPE = re.compile(
+    r"\((?:\d{1,9}(?:, \d{1,9}){0,7})?\) (?:bool|u?int\d{1,2}|b?float\d{1,2}|complex\d{2,3})\b"
+)
+
+
+def operand_message(s: Any, limit: int = 300) -> str:
+    """The worker's words for the operands of a student's failing line (``, where `q` is
+    (2, 1, 16, 24) float32 and ...``), fit for feedback: as :func:`student_message`, except
+    that a shape followed by its dtype keeps its sizes, however many; ``""`` for anything
+    that does not start as those words do."""
+    s = " ".join(_CONTROL.sub(" ", valid_utf8(s)).split())
+    if not s.startswith(", where `"):
+        return ""
+    parts, last = [], 0
+    for m in _SHAPE_AND_DTYPE.finditer(s):
+        parts += [_NUMBER_RUN.sub("... ", s[last : m.start()]), m.group()]
+        last = m.end()
+    s = "".join([*parts, _NUMBER_RUN.sub("... ", s[last:])])
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 

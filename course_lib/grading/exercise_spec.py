@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compare import default_judge
-from .model import Call, Case, Mistake, Outcome
+from .model import Call, Case, ErrorHint, Mistake, Outcome
 from .run import call_once
 from .seeding import fresh_cases, input_independent
 
@@ -42,6 +42,8 @@ class Exercise:
             attention). The runtime layer measures it (:class:`~course_lib.grading.opwatch.OpWatch`);
             a call over the limit fails its case, with ``temporary_message`` as the diagnosis.
         temporary_message: the named mistake for a call over ``temporary_limit``.
+        error_hints: hints for the errors this exercise's realistic mistakes raise, tried before
+            the hints for every exercise (:func:`~course_lib.grading.feedback.error_hint`).
     """
 
     name: str
@@ -53,6 +55,7 @@ class Exercise:
     structure_args: tuple[int | str, ...] = ()
     temporary_limit: Callable[[Call], int] | None = None
     temporary_message: str = ""
+    error_hints: tuple[ErrorHint, ...] = ()
     _cases: dict[int | None, list[Case]] = field(default_factory=dict, repr=False)
     _expected: dict[int | None, list[list[Any]]] = field(default_factory=dict, repr=False)
     _fallbacks: dict[int, int] = field(default_factory=dict, repr=False)

@@ -13,19 +13,27 @@ import linecache
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
 from .._validation import shape_str
+from .model import ErrorHint
+from .operands import operand_words
 
 __all__ = [
     "ERROR_HINTS",
+    "LINE_HINTS",
     "error_hint",
+    "failing_line",
     "describe_exception",
     "describe_inputs",
+    "tensor_words",
+    "Feedback",
     "error_feedback",
+    "errors_of",
+    "error_lines",
     "internal_feedback",
     "mistakes_of",
     "mistake_lines",
@@ -52,83 +60,170 @@ _LIBRARY_DIRS = tuple(
     for p in (torch.__file__, os.path.dirname(__file__), os.__file__)  # torch, course_lib, the stdlib
 )
 
+# A tensor's shape and dtype from torch's C base class, with torch's modes off: reading them
+# runs none of the student's code (a subclass's own ``shape`` is never asked).
+_BASE = torch._C.TensorBase
+_SHAPE, _DTYPE = _BASE.__dict__["shape"].__get__, _BASE.__dict__["dtype"].__get__
+_NO_MODES = (torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch)
+
+
+def tensor_words(v: Any) -> str | None:
+    """``(2, 4, 8) float32`` for a tensor, the class's name for a subclass of it, None for
+    anything else (:func:`.operands.value_words`)."""
+    t = type(v)
+    if t is torch.Tensor or t is torch.nn.Parameter:
+        no_function, no_dispatch = _NO_MODES
+        with no_function(), no_dispatch():
+            shape, dtype = tuple(_SHAPE(v)), _DTYPE(v)
+        return "(" + ", ".join(str(int(s)) for s in shape) + ") " + str(dtype).removeprefix("torch.")
+    if issubclass(t, torch.Tensor):
+        return f"a {type.__dict__['__name__'].__get__(t)} (a subclass of torch.Tensor)"
+    return None
+
 
 def describe_exception(e: BaseException) -> str:
-    """``raised TYPE: MESSAGE``, and the line of the student's own code that raised it (the
-    innermost frame outside torch, course_lib and the standard library)."""
+    """``raised TYPE: MESSAGE``, the line of the student's own code that raised it (the
+    innermost frame outside torch, course_lib and the standard library) and the shapes and
+    dtypes of the tensors that line names, read from that frame (:mod:`.operands`)."""
     text = f"raised {type(e).__name__}: {short(str(e))}"
     where = None
     tb = e.__traceback__
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
         if not os.path.abspath(filename).startswith(_LIBRARY_DIRS) or filename.startswith("<"):
-            where = (filename, tb.tb_lineno)
+            where = tb
         tb = tb.tb_next
     if where is not None:
-        line = linecache.getline(*where).strip()
+        line = linecache.getline(where.tb_frame.f_code.co_filename, where.tb_lineno).strip()
         if line:
             text += f", in your line `{short(line, 160)}`"
+            try:
+                frame = where.tb_frame
+                text += operand_words(line, (frame.f_locals, frame.f_globals), tensor_words)
+            except Exception:  # noqa: BLE001 - words about the operands are a hint, never an error
+                pass
     return text
 
 
-def error_feedback(reference: Callable[..., Any], call: Any, outcome: Any, said: dict[str, str], test: str) -> str:
-    """An error's feedback: the message with the student's line, the inputs' shapes and a hint;
-    an error already shown on an earlier test of the function is referred to, not repeated."""
+def _error_kind(message: str) -> str:
+    """What makes two errors the same error: their message and line, sizes and operands left
+    out (the same line failing on a 3-D and a 4-D input is one mistake)."""
+    return re.sub(r"\d+", "#", message.partition(", where `")[0])
+
+
+@dataclass
+class Feedback:
+    """A test's feedback, and the error it raised in full (``""`` when none)."""
+
+    text: str
+    error: str = ""
+
+
+def error_feedback(reference: Callable[..., Any], call: Any, outcome: Any, hints: Sequence[ErrorHint] = ()) -> Feedback:
+    """A failed call's feedback on its test, and for an error, the error in full: the message
+    with the student's line and its operands, and a hint chosen by the error, the line and the
+    exercise (``hints``: the exercise's own, tried first; the mask sentence only where the
+    reference takes a ``mask``). The error is said once for all the tests it affects
+    (:func:`error_lines`); the test's own feedback names the exception and the test's inputs."""
     message = outcome.message
     if outcome.status != "error":
-        return message
+        return Feedback(message)
     inputs = f"Inputs of this test: {describe_inputs(reference, call)}"
-    kind = re.sub(r"\d+", "#", message)  # the same error with other sizes is the same error
-    if kind in said:
-        return f"{message}. {inputs} (the same error as test '{said[kind]}')"
-    said[kind] = test
-    hint = error_hint(message)
-    return f"{message}. {inputs}. Hint: {hint}" if hint else f"{message}. {inputs}"
+    head = message.partition(":")[0]
+    hint = error_hint(message, hints, mask=_takes_mask(reference))
+    error = f"{message}{' ' if message.endswith('.') else '. '}Hint: {hint}" if hint else message
+    return Feedback(f"{head} (the error is said once, under Error, with the tests it affects). {inputs}", error)
 
+
+def _takes_mask(reference: Callable[..., Any]) -> bool:
+    try:
+        return "mask" in inspect.signature(reference).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+#: The errors of shape bugs (how torch words a failed broadcast or matrix product).
+SHAPE_ERRORS = (
+    "must match the size of tensor b",
+    "cannot be multiplied",
+    "Expected size for first two dimensions of batch2",
+    "on tensors of dimension other than 2",
+)
+
+#: Hints chosen by the student's line as well as the error, tried before :data:`ERROR_HINTS`.
+LINE_HINTS: tuple[ErrorHint, ...] = (
+    ErrorHint(
+        SHAPE_ERRORS,
+        "`.T` reverses every dim of a tensor that is not 2-D, the batch dims too: to swap the last two "
+        "dims of a batch, use `.transpose(-2, -1)` (or `.mT`)",
+        line=r"\.T\b",
+    ),
+)
+
+BROADCAST = "must match the size of tensor b"
 
 #: Hints for the errors students' shape bugs raise, keyed by a phrase of the error message.
-ERROR_HINTS: tuple[tuple[str, str], ...] = (
-    (
-        "on tensors of dimension other than 2",
+ERROR_HINTS: tuple[ErrorHint, ...] = (
+    ErrorHint(
+        ("on tensors of dimension other than 2",),
         "`.T` reverses every dim of a tensor that is not 2-D: to swap the last two dims of a batch, "
         "use `k.transpose(-2, -1)`",
     ),
-    (
-        "must match the size of tensor b",
+    ErrorHint(
+        (BROADCAST,),
         "two tensors do not broadcast: compare their shapes on that line (dims are aligned from the "
-        "right). A reduction without `keepdim=True` drops its dim, and a mask must broadcast to the "
-        "scores' shape as given, without being reshaped inside the function",
+        "right, and each pair must be equal or one of them 1). A reduction without `keepdim=True` "
+        "drops its dim, so its result no longer lines up with the tensor it came from",
     ),
-    (
-        "cannot be multiplied",
+    ErrorHint(
+        ("cannot be multiplied", "Expected size for first two dimensions of batch2"),
         "a matrix product of incompatible shapes: the last dim of the left factor must equal the "
         "second-to-last dim of the right one",
     ),
-    (
-        "is invalid for input of size",
+    ErrorHint(
+        ("is invalid for input of size",),
         "a view or reshape asks for a different number of elements than the tensor has: compute the "
         "sizes from the input's own shape",
     ),
-    (
-        "view size is not compatible with input tensor",
+    ErrorHint(
+        ("view size is not compatible with input tensor",),
         "`.view` needs contiguous memory, which a transpose breaks: use `.reshape`, or `.contiguous()` first",
     ),
-    (
-        "Sizes of tensors must match except in dimension",
+    ErrorHint(
+        ("Sizes of tensors must match except in dimension",),
         "`torch.cat` joins tensors along one dim and every other dim must match: check the dim you "
-        "concatenate on (the one that grows, e.g. the time axis -2 of a (N, H, t, D) cache)",
+        "concatenate on (the one that grows; count it from the end, -1 is the last)",
     ),
-    ("Dimension out of range", "a dim index beyond the tensor's number of dims: count dims from the end (-1, -2)"),
-    ("only supports boolean masks", "`masked_fill` needs a bool mask (True = may attend); do not convert it"),
-    ("expected a value of type", "an argument has the wrong type for that torch call"),
+    ErrorHint(
+        ("Dimension out of range",), "a dim index beyond the tensor's number of dims: count dims from the end (-1, -2)"
+    ),
+    ErrorHint(
+        ("only supports boolean masks",), "`masked_fill` needs a bool mask (True = may attend); do not convert it"
+    ),
+    ErrorHint(("expected a value of type",), "an argument has the wrong type for that torch call"),
 )
 
+_BROADCAST_HINT = ERROR_HINTS[1]
 
-def error_hint(message: str) -> str:
-    """The hint for a student's error message, or ``""``."""
-    for phrase, hint in ERROR_HINTS:
-        if phrase in message:
-            return hint
+#: Added to the broadcast hint where the function takes a mask (and only there).
+MASK_SENTENCE = "; and a mask must broadcast to the scores' shape as given, without being reshaped inside the function"
+
+
+def failing_line(message: str) -> str:
+    """The student's line quoted in an error message (:func:`describe_exception`), or ``""``."""
+    m = re.search(r", in your line `(.*)`(?:, where |\. Hint: |$)", message)
+    return m.group(1) if m else ""
+
+
+def error_hint(message: str, hints: Sequence[ErrorHint] = (), mask: bool = False) -> str:
+    """The hint for a student's error message, or ``""``: the first of ``hints`` (an exercise's
+    own), :data:`LINE_HINTS` and :data:`ERROR_HINTS` whose phrase the message contains and whose
+    ``line`` (if any) the failing line matches. The broadcast hint speaks of masks only when
+    ``mask`` (the function takes one)."""
+    line = failing_line(message)
+    for h in (*hints, *LINE_HINTS, *ERROR_HINTS):
+        if any(p in message for p in h.phrases) and (not h.line or re.search(h.line, line)):
+            return h.hint + (MASK_SENTENCE if mask and h is _BROADCAST_HINT else "")
     return ""
 
 
@@ -192,6 +287,30 @@ def mistake_lines(results: Sequence[Any]) -> list[str]:
     for message, tests in mistakes_of(results):
         which = ", ".join(f"'{t}'" for t in tests)
         lines.append(f"Likely mistake ({'test' if len(tests) == 1 else 'tests'} {which}): {message}")
+    return lines
+
+
+def errors_of(results: Sequence[Any]) -> list[tuple[str, list[str]]]:
+    """Each distinct error raised, in full as first raised, with the names of the tests it
+    affects, in the order first seen; two errors that differ only in sizes are one. ``results``
+    are :class:`TestResult` objects or their dicts (gradebook records; older records have no
+    ``error``: their feedback holds it, on every test)."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for r in results:
+        d = _as_dict(r)
+        error = d.get("error") or ""
+        if error:
+            found.setdefault(_error_kind(error), (error, []))[1].append(d["name"])
+    return list(found.values())
+
+
+def error_lines(results: Sequence[Any]) -> list[str]:
+    """``Error (tests a, b): raised ..., in your line ..., where ... Hint: ...``: each error once,
+    with the tests it affects."""
+    lines = []
+    for error, tests in errors_of(results):
+        which = ", ".join(f"'{t}'" for t in tests)
+        lines.append(f"Error ({'test' if len(tests) == 1 else 'tests'} {which}): {error}")
     return lines
 
 

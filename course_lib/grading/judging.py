@@ -82,7 +82,6 @@ def judge(
     results: list[TestResult] = []
     failed: dict[int, list[Any]] = {}
     passed: set[int] = set()
-    errors_said: dict[str, str] = {}  # error message -> the first test that showed it
     all_not_implemented = True
     for i, (case, outs, exp) in enumerate(zip(cases, outcomes, expected, strict=False)):
         problem = _first_problem(outs)
@@ -90,8 +89,8 @@ def judge(
             all_not_implemented = False
         if problem is not None:
             call = case.calls[list(outs).index(problem)]
-            said = error_feedback(exercise.reference, call, problem, errors_said, case.name)
-            results.append(TestResult(case.name, case.checks, 0.0, case.points, False, said))
+            fb = error_feedback(exercise.reference, call, problem, exercise.error_hints)
+            results.append(TestResult(case.name, case.checks, 0.0, case.points, False, fb.text, error=fb.error))
             continue
         result, wrong = _value_result(exercise, case, outs, exp)
         results.append(result)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-__all__ = ["Call", "Judge", "Case", "Mistake", "OutcomeStatus", "OUTCOME_STATUSES", "Outcome"]
+__all__ = ["Call", "Judge", "Case", "Mistake", "ErrorHint", "OutcomeStatus", "OUTCOME_STATUSES", "Outcome"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,22 @@ class Mistake:
 
     message: str
     implementation: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class ErrorHint:
+    r"""A hint for an error that a student's function raises, chosen by the error and the line.
+
+    Args:
+        phrases: the hint is for an error whose message contains one of these.
+        hint: what to check or change, in words.
+        line: when set, a regular expression that the student's failing line must match too
+            (``r"\.T\b"``: the line transposes with ``.T``; ``"mask"``: it uses the mask).
+    """
+
+    phrases: tuple[str, ...]
+    hint: str
+    line: str = ""
 
 
 #: How one call of a student's function went (:class:`Outcome`; also sent by the sandbox's worker).

@@ -11,7 +11,7 @@ import html
 from dataclasses import asdict, dataclass, field
 from typing import Literal, get_args
 
-from .feedback import composition_lines, mistake_lines, mistakes_of
+from .feedback import composition_lines, error_lines, mistake_lines, mistakes_of
 
 __all__ = ["ReportStatus", "REPORT_STATUSES", "TestResult", "Composition", "Report"]
 
@@ -27,7 +27,9 @@ class TestResult:
     """The result of one test: points, and feedback when it failed.
 
     ``diagnosis`` is the first named mistake whose outputs match the student's on this test,
-    ``diagnoses`` all of them (see :func:`~course_lib.grading.judging.judge`)."""
+    ``diagnoses`` all of them (see :func:`~course_lib.grading.judging.judge`). ``error`` is the
+    error the test's call raised, in full (said once for all the tests it affects:
+    :func:`~course_lib.grading.feedback.error_lines`); older records have none."""
 
     name: str
     checks: str
@@ -38,6 +40,7 @@ class TestResult:
     diagnosis: str = ""
     withheld: bool = False  # it passed, but its points wait for the function's value tests
     diagnoses: list[str] = field(default_factory=list)
+    error: str = ""
 
 
 @dataclass
@@ -132,7 +135,7 @@ class Report:
             lines.append(f"  {mark} {_format_points(r.points)}/{_format_points(r.max_points)}  {r.name}: {r.checks}")
             if r.feedback:
                 lines.append(f"       {r.feedback}")
-        lines += [f"  {m}" for m in mistake_lines(self.results)]
+        lines += [f"  {m}" for m in (*error_lines(self.results), *mistake_lines(self.results))]
         lines += [f"  {c}" for c in self.composition_lines()]
         return "\n".join(lines)
 
@@ -159,7 +162,7 @@ class Report:
                     f"<td>{html.escape(r.feedback)}</td></tr>"
                 )
             out.append("</tbody></table>")
-            for m in mistake_lines(self.results):
+            for m in (*error_lines(self.results), *mistake_lines(self.results)):
                 head, _, message = m.partition(": ")
                 out.append(f"<p><b>{html.escape(head)}:</b> {html.escape(message)}</p>")
             for c in self.composition_lines():

@@ -753,7 +753,7 @@ def test_label_smoothing_loss_wrong_type_shape_and_exceptions_are_failed_tests_w
     report = check(label_smoothing_loss_per_row, name="label_smoothing_loss")
     assert report.status == "failed" and "has shape (6), expected ()" in str(report)
     report = check(label_smoothing_loss_raises, name="label_smoothing_loss")
-    assert report.score == 0 and "raised ValueError: smoothing is not supported" in report.results[0].feedback
+    assert report.score == 0 and "raised ValueError: smoothing is not supported" in report.results[0].error
 
 
 def test_label_smoothing_loss_all_ignored_accepts_nan_or_zero():

@@ -100,7 +100,7 @@ def test_an_exception_shows_the_failing_line_the_inputs_shapes_and_a_hint():
     report = check(softmax_without_keepdim, name="softmax")
     failed = [r for r in report.results if not r.passed]
     assert failed
-    fb = failed[0].feedback
+    fb = failed[0].feedback + " " + failed[0].error  # the test's inputs; the error, said once for its tests
     assert "raised RuntimeError" in fb
     assert "in your line `return e / e.sum(dim=dim)`" in fb, fb
     assert "Inputs of this test: x (" in fb, fb
@@ -110,7 +110,7 @@ def test_an_exception_shows_the_failing_line_the_inputs_shapes_and_a_hint():
 def test_k_dot_t_on_a_batch_gets_the_transpose_hint():
     ex = exercise("scaled_dot_product_attention")
     report = judge(ex, run_calls(sdpa_with_dot_t, ex))  # run_calls: the reference stands in nowhere
-    fb = " ".join(r.feedback for r in report.results)
+    fb = " ".join(r.feedback + " " + r.error for r in report.results)
     assert "k.transpose(-2, -1)" in fb or "must match the size" in fb, report
     assert "Inputs of this test: q (" in fb
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..untrusted_text import operand_message
 from .codec import BadResult, Budget, decode_value, encode_arg, encode_call
 from .jobs import REPLY_STATUSES, Job, Reply, _clip_str, _Lost, _Pipes, plan_phases
 from .worker import protocol
@@ -378,7 +379,10 @@ class _Conversation:
         largest = g.get("largest")
         largest = largest if type(largest) is int and largest >= 0 else 0
         if status != "ok":
-            return Reply(status, message=_clip_str(g.get("msg")), seen=seen)
+            message = _clip_str(g.get("msg"))
+            if status == "error":  # the shapes and dtypes of the failing line's tensors, from the worker
+                message += operand_message(g.get("operands"))
+            return Reply(status, message=message, seen=seen)
         try:
             value = decode_value(g.get("value"), g["_blobs"], self.budget)
         except BadResult as e:

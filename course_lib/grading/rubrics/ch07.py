@@ -34,7 +34,7 @@ from ..._validation import _broadcast
 from ..compare import compare
 from ..exercise_spec import Exercise
 from ..forbidden.rules import NUMPY_BRIDGES
-from ..model import Call, Case, Mistake
+from ..model import Call, Case, ErrorHint, Mistake
 from ._common import SOFTMAX_FAMILY, WHOLE_ATTENTION, rand_mask, randn, rng
 
 __all__ = ["EXERCISES"]
@@ -129,6 +129,27 @@ def _tiled_full_scores(q, k, v, mask=None, block_size=128):
 
 
 #: The diagnosis of a case in which a call created a temporary above the exercise's limit.
+#: The error of a mask not sliced per block (a realistic first attempt): the block's scores
+#: are block_size keys wide, the mask is S wide.
+_TILED_HINTS = (
+    ErrorHint(
+        ("must match the size of tensor b",),
+        "the scores of one block cover only that block's keys, (*, L, block_size), but the mask covers all S "
+        "keys: mask each block with its own columns, `mask[..., start:start + block_size]` (when the mask's "
+        "last dim is S; a mask of size 1 there broadcasts as it is)",
+        line="mask",
+    ),
+)
+
+#: The error of a cache grown along the wrong dim.
+_CACHE_HINTS = (
+    ErrorHint(
+        ("Sizes of tensors must match except in dimension", "Tensors must have same number of dimensions"),
+        "the cache grows along its time axis, the second-to-last: `torch.cat([K, k], dim=-2)` joins the "
+        "(N, H, t, D) cache and the new (N, H, 1, D) key into (N, H, t + 1, D); the same for V",
+    ),
+)
+
 TEMPORARY_MESSAGE = (
     "computing the scores of all S keys at once (or of more keys than block_size): tiling in name only. "
     "Compute one block at a time, q @ k[..., start:start + block_size, :].transpose(-2, -1) of shape "
@@ -706,6 +727,7 @@ EXERCISES = [
         structure_args=(4, "block_size"),
         temporary_limit=temporary_limit,
         temporary_message=TEMPORARY_MESSAGE,
+        error_hints=_TILED_HINTS,
     ),
     Exercise(
         name="sliding_window_mask",
@@ -722,5 +744,6 @@ EXERCISES = [
         mistakes=_KV_MISTAKES,
         forbidden=WHOLE_ATTENTION + TORCH_AND_MATH_ONLY,
         output_names=("output", "new cache"),
+        error_hints=_CACHE_HINTS,
     ),
 ]

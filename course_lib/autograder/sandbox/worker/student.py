@@ -48,7 +48,7 @@ from .protocol import (
 from .shell import get_ipython
 from .stubs import _install_stubs
 from .timers import _arm, _Deadline, _disarm, _guarded, _timer
-from .values import _BadType, _safe_str, _seen, _short, _student_line, _type_name, _Values
+from .values import _BadType, _safe_str, _seen, _short, _student_line, _student_operands, _type_name, _Values
 
 
 def run_student(
@@ -134,6 +134,7 @@ class StudentHarness(_Values):
             **{n: getattr(base, n) for n in ("detach", "cpu", "to", "is_complex", "resolve_conj", "resolve_neg")},
             **{n: getattr(base, n) for n in ("contiguous", "numpy", "new_zeros")},
             **{n: base.__dict__[n].__get__ for n in ("layout", "device", "dtype", "is_quantized", "shape")},
+            Parameter=torch.nn.Parameter,
             strided=torch.strided,
             bfloat16=torch.bfloat16,
             float32=torch.float32,
@@ -477,4 +478,5 @@ class StudentHarness(_Values):
             err = e
             msg = _guarded(lambda: f"raised {type(err).__name__}: {_safe_str(err)}", "raised an exception")
             msg += _guarded(lambda: _student_line(err), "")
-            return {"status": "error", "msg": msg, "seen": _seen(watch)}, []
+            operands = _guarded(lambda: _student_operands(err, self._tensor_words), "")
+            return {"status": "error", "msg": msg, "operands": operands, "seen": _seen(watch)}, []

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import io
 import linecache
+from collections.abc import Callable
 from typing import Any
 
+from .operands import operand_words
 from .protocol import (
     ARG_TAGS,
     MAX_DEPTH,
@@ -149,6 +151,22 @@ class _Values:
             arr = self.np.broadcast_to(arr, shape)
         return arr, dtype, device
 
+    def _tensor_words(self, value: Any) -> str | None:
+        """``(2, 4, 8) float32`` for a tensor, the class's name for a subclass of it, None for
+        anything else: read with the getters captured in ``__init__``, with torch's modes off
+        (a subclass's own ``shape`` is never asked). The same words as ``check``'s
+        (:func:`course_lib.grading.feedback.tensor_words`)."""
+        t = self._t
+        k = type(value)
+        if k is self._Tensor or k is t.Parameter:
+            no_function, no_dispatch = t.no_modes
+            with no_function(), no_dispatch():
+                shape, dtype = tuple(t.shape(value)), t.dtype(value)
+            return "(" + ", ".join(str(int(s)) for s in shape) + ") " + str(dtype).removeprefix("torch.")
+        if issubclass(k, self._Tensor):
+            return f"a {type.__dict__['__name__'].__get__(k)} (a subclass of torch.Tensor)"
+        return None
+
     def _encode_arg(self, value: Any, blobs: list[bytes], depth: int = 0) -> Header:
         """A stand-in's arguments: as results (tensors, numbers, tuples), plus None and strings."""
         if depth > MAX_DEPTH:
@@ -176,19 +194,39 @@ def _safe_str(e: BaseException) -> str:
         return "(message could not be shown)"
 
 
-def _student_line(e: BaseException) -> str:
-    """``, in your line `...``` for the innermost frame of the notebook's cells, or ``""``."""
+def _student_frame(e: BaseException) -> Any:
+    """The traceback entry of the innermost frame of the notebook's cells, or None."""
     where = None
     tb = e.__traceback__
     while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if filename.startswith("<cell "):
-            where = (filename, tb.tb_lineno)
+        if tb.tb_frame.f_code.co_filename.startswith("<cell "):
+            where = tb
         tb = tb.tb_next
-    if where is None:
-        return ""
-    line = linecache.getline(*where).strip()
+    return where
+
+
+def _line_of(tb: Any) -> str:
+    return linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+
+
+def _student_line(e: BaseException) -> str:
+    """``, in your line `...``` for the innermost frame of the notebook's cells, or ``""``."""
+    where = _student_frame(e)
+    line = _line_of(where) if where is not None else ""
     return f", in your line `{_short(line, 160)}`" if line else ""
+
+
+def _student_operands(e: BaseException, tensor_words: Callable[[Any], str | None]) -> str:
+    """``, where `q` is (2, 4, 8) float32 ...``: the shapes and dtypes of the tensors that the
+    student's failing line names, read from its frame (:func:`.operands.operand_words`: never
+    values, no method of the student's objects called), or ``""``. Sent apart from the message
+    (the reply's ``operands``): the grader keeps the numbers of its shapes."""
+    where = _student_frame(e)
+    line = _line_of(where) if where is not None else ""
+    if not line:
+        return ""
+    frame = where.tb_frame
+    return operand_words(line, (frame.f_locals, frame.f_globals), tensor_words)
 
 
 def _seen(watch: Any) -> list[str]:
