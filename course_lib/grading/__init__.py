@@ -7,8 +7,8 @@ In a notebook::
     check(my_softmax, name="softmax")
 
 :func:`check` runs the function on fixed, random and edge-case inputs, compares it with
-the reference, recognises classic mistakes, and returns a :class:`Report` (shown as a
-table in a notebook). A wrong shape, an exception, a ``NaN`` or a wrong type is a failed
+the reference, recognises classic mistakes, and returns a :class:`Report` (shown as HTML
+in a notebook: the score, the likely mistake and its fix, then the failing tests). A wrong shape, an exception, a ``NaN`` or a wrong type is a failed
 test with feedback, never an error of the check itself.
 
 The modules, from the data to the words:

@@ -66,7 +66,17 @@ def _parts(report: Report) -> _Parts:
 
 def split_fix(message: str) -> tuple[str, str]:
     """A named mistake as (what was done, why it is wrong and the fix): split at its first
-    ``": "`` outside brackets and backticks; ``(message, "")`` when there is none."""
+    ``": "`` outside brackets and backticks, else at its first ``"; "``; ``(message, "")``
+    when there is neither (``"... instead of ..."`` says its fix itself)."""
+    for separator in (":", ";"):
+        at = _outside_brackets(message, separator)
+        if at > 0:
+            return message[:at], message[at + 2 :]
+    return message, ""
+
+
+def _outside_brackets(message: str, separator: str) -> int:
+    """Where ``separator`` followed by a space first occurs outside brackets and backticks, or -1."""
     depth, code = 0, False
     for i, ch in enumerate(message):
         if ch == "`":
@@ -77,9 +87,9 @@ def split_fix(message: str) -> tuple[str, str]:
             depth += 1
         elif ch in ")]}":
             depth = max(0, depth - 1)
-        elif ch == ":" and depth == 0 and message[i + 1 : i + 2] == " " and i > 0:
-            return message[:i], message[i + 2 :]
-    return message, ""
+        elif ch == separator and depth == 0 and message[i + 1 : i + 2] == " ":
+            return i
+    return -1
 
 
 def _points(x: float) -> str:
@@ -92,7 +102,8 @@ def _names(tests: list[str]) -> str:
 
 
 def _which(tests: list[str]) -> str:
-    return f"{'test' if len(tests) == 1 else 'tests'} {', '.join(repr(t) for t in tests)}"
+    quoted = ", ".join(f"'{t}'" for t in tests)
+    return f"{'test' if len(tests) == 1 else 'tests'} {quoted}"
 
 
 def _waiting_sentence(waiting: list[TestResult]) -> str:
@@ -101,10 +112,7 @@ def _waiting_sentence(waiting: list[TestResult]) -> str:
         head = f"{_names([waiting[0].name])} passes and earns its {points} point{'' if points == '1' else 's'}"
     else:
         head = f"{_names([r.name for r in waiting])} pass and earn their {points} points"
-    return (
-        f"{head} {WAITING} (a property alone can be met by outputs that are not an implementation, "
-        "such as uniform weights)"
-    )
+    return f"{head} {WAITING} (a property alone can be met by outputs that are not an implementation)"
 
 
 def _passing_sentence(parts: _Parts, total: int, names: bool) -> str:

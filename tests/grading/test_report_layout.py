@@ -149,10 +149,11 @@ def test_the_text_keeps_the_same_order_and_says_the_passing_tests_in_one_line():
     assert at == sorted(at) and len(lines) == 10, lines  # the two failing tests have one feedback line each
 
 
-def test_a_mistake_splits_at_its_first_colon_outside_brackets_and_code():
+def test_a_mistake_splits_at_its_first_colon_or_else_semicolon_outside_brackets_and_code():
     assert split_fix("ignoring W: this is the dot score") == ("ignoring W", "this is the dot score")
     assert split_fix("using `x[:, 0]: y` (a: b) wrongly: do z") == ("using `x[:, 0]: y` (a: b) wrongly", "do z")
     assert split_fix("multiplying the weights by the keys") == ("multiplying the weights by the keys", "")
+    assert split_fix("x @ W.T (nn.Linear's; not ours); here x @ W") == ("x @ W.T (nn.Linear's; not ours)", "here x @ W")
 
 
 def test_a_refused_function_says_why_once_and_its_tests_in_one_line():
