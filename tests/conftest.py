@@ -55,6 +55,8 @@ def notebook(*cells: str) -> bytes:
 # extensions (``book/_ext/print_pdf.py``, ...), importable by name from every test.
 sys.path.insert(0, str(ROOT / "book"))
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
+# ``pagecheck`` (axe-core and the other checks of a page in chromium), for every browser test.
+sys.path.insert(0, str(ROOT / "tests" / "book"))
 #: Debian's chromium, which the browser tests drive through Playwright (``make test`` installs
 #: it), with the book's own flags for printing it (no background traffic: no network here).
 from print_pdf import CHROMIUM, CHROMIUM_ARGS  # noqa: E402 - re-exported to the browser tests

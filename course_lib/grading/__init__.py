@@ -7,8 +7,8 @@ In a notebook::
     check(my_softmax, name="softmax")
 
 :func:`check` runs the function on fixed, random and edge-case inputs, compares it with
-the reference, recognises classic mistakes, and returns a :class:`Report` (shown as a
-table in a notebook). A wrong shape, an exception, a ``NaN`` or a wrong type is a failed
+the reference, recognises classic mistakes, and returns a :class:`Report` (shown as HTML
+in a notebook: the score, the likely mistake and its fix, then the failing tests). A wrong shape, an exception, a ``NaN`` or a wrong type is a failed
 test with feedback, never an error of the check itself.
 
 The modules, from the data to the words:
@@ -20,7 +20,8 @@ The modules, from the data to the words:
 - :mod:`.run`: calling a student's function (fresh inputs, a time limit); :mod:`.seeding`:
   fresh inputs from the instructor's seed
 - :mod:`.compare`: output against reference; :mod:`.judging`: outcomes to a :class:`Report`;
-  :mod:`.report`: the report and how it is shown; :mod:`.feedback`: its words
+  :mod:`.report`: the report; :mod:`.rendering`: how it is shown (text, HTML);
+  :mod:`.feedback`: its words
 - :mod:`.standins`: references standing in for a failing graded callee; :mod:`.inplace`: a
   caller's tensors changed in place, found and named
 - forbidden calls: :mod:`.forbidden` (reading the code: rules, the one walker, the static and

@@ -1,17 +1,18 @@
 """What a check returns: a :class:`Report` of per-test results, and how it is shown.
 
 A report is data (kept in gradebooks as :meth:`Report.to_dict`) and is shown as text
-(``str(report)``) or, in a notebook, as an HTML table; both say each named mistake once,
-after the tests, with the tests it explains (the wording: :mod:`.feedback`).
+(``str(report)``) or, in a notebook, as HTML (:mod:`.rendering`): the score, then each named
+mistake once with the tests it explains and its fix, then the failing tests, the passing ones
+folded (the wording: :mod:`.feedback`).
 """
 
 from __future__ import annotations
 
-import html
 from dataclasses import asdict, dataclass, field
 from typing import Literal, get_args
 
-from .feedback import composition_lines, error_lines, mistake_lines, mistakes_of
+from .feedback import composition_lines, mistakes_of
+from .rendering import as_html, as_text
 
 __all__ = ["ReportStatus", "REPORT_STATUSES", "TestResult", "Composition", "Report"]
 
@@ -58,8 +59,9 @@ class Composition:
 class Report:
     """The result of checking one function: per-test results, score and feedback.
 
-    Shown in a notebook as a table; ``str(report)`` gives the same as text. Each named
-    mistake is said once, after the tests, with the tests it explains.
+    Shown in a notebook as HTML; ``str(report)`` gives the same as text, in the same order
+    (:mod:`.rendering`). Each named mistake is said once, before the failing tests, with the
+    tests it explains.
     """
 
     function: str
@@ -111,7 +113,8 @@ class Report:
             composition=Composition(**comp) if comp else None,
         )
 
-    def _headline(self) -> str:
+    def headline(self) -> str:
+        """``function: score/max points, verdict``: the report's first line."""
         words = {
             "passed": "all tests passed",
             "failed": "some tests failed",
@@ -126,49 +129,12 @@ class Report:
         return composition_lines(self.function, self.composition, self.max_score)
 
     def __str__(self) -> str:
-        lines = [self._headline()]
-        lines += [f"  ! {n}" for n in self.notes]
-        if self.status == "not implemented":
-            return "\n".join(lines)
-        for r in self.results:
-            mark = "PASS" if r.passed else "FAIL"
-            lines.append(f"  {mark} {_format_points(r.points)}/{_format_points(r.max_points)}  {r.name}: {r.checks}")
-            if r.feedback:
-                lines.append(f"       {r.feedback}")
-        lines += [f"  {m}" for m in (*error_lines(self.results), *mistake_lines(self.results))]
-        lines += [f"  {c}" for c in self.composition_lines()]
-        return "\n".join(lines)
+        return as_text(self)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        colour = "#1a7f37" if self.passed else "#b35900"
-        out = [
-            f'<div class="course-lib-report"><p style="color:{colour};font-weight:bold">'
-            f"{html.escape(self._headline())}</p>"
-        ]
-        for n in self.notes:
-            out.append(f"<p>&#9888; {html.escape(n)}</p>")
-        if self.status != "not implemented" and self.results:
-            out.append(
-                "<table><thead><tr><th></th><th>test</th><th>checks</th><th>points</th>"
-                "<th>feedback</th></tr></thead><tbody>"
-            )
-            for r in self.results:
-                mark = "&#10004;" if r.passed else "&#10008;"
-                out.append(
-                    f"<tr><td>{mark}</td><td>{html.escape(r.name)}</td><td>{html.escape(r.checks)}</td>"
-                    f"<td>{_format_points(r.points)}/{_format_points(r.max_points)}</td>"
-                    f"<td>{html.escape(r.feedback)}</td></tr>"
-                )
-            out.append("</tbody></table>")
-            for m in (*error_lines(self.results), *mistake_lines(self.results)):
-                head, _, message = m.partition(": ")
-                out.append(f"<p><b>{html.escape(head)}:</b> {html.escape(message)}</p>")
-            for c in self.composition_lines():
-                out.append(f"<p>{html.escape(c)}</p>")
-        out.append("</div>")
-        return "".join(out)
+        return as_html(self)
 
 
 def _format_points(x: float) -> str:

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .forbidden import StaticEnvironment
+from .forbidden.refs import FUNCTIONS, stored_names
 from .graded_names import defines
 from .history import executed_cells
 from .livecode import code_loads, defined_here
@@ -68,15 +69,18 @@ def static_callees(
     """The same, read from a notebook's cells without running them: the graded names that the
     definitions reachable from ``name`` refer to and that the notebook defines, bound in a
     readable cell or written with ``def`` in a cell that cannot be read (``unreadable``: an
-    honest syntax error, the cell not run). A function never written gets no stand-in."""
+    honest syntax error, the cell not run). A function never written gets no stand-in. A
+    function's own parameters and locals are not followed to the module-level bindings of the
+    same names (``weights`` inside ``attention_pool`` is not the notebook's ``weights = ...``)."""
     found: set[str] = set()
     seen: set[str] = {name}
     todo: list[ast.AST] = list(env.values(name))
     while todo:
         node = todo.pop()
+        local = stored_names(node) if isinstance(node, FUNCTIONS) else set()
         for ref in env.refs(node):
             head = ref.chain[0]
-            if head in seen:
+            if head in seen or head in local:
                 continue
             seen.add(head)
             if head in candidates:  # the reference stands in for it, if the student wrote it
@@ -111,7 +115,11 @@ def standing_in(namespace: dict[str, Any], references: Mapping[str, Callable[...
 
 def composed(own: Report, stand_in: Report, callees: Sequence[str]) -> Report:
     """The report that counts (``stand_in``), remembering how the student's own composition
-    (``own``) scored and which of its tests failed."""
+    (``own``) scored and which of its tests failed; ``own`` itself when the references changed
+    nothing (the same score, the same tests failed): the callees did not cost it a point, so
+    there is no composition to tell the student about."""
     failed = [r.name for r in own.results if not r.passed]
+    if stand_in.score == own.score and failed == [r.name for r in stand_in.results if not r.passed]:
+        return own
     stand_in.composition = Composition(list(callees), own.score, own.status, failed)
     return stand_in

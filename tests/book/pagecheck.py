@@ -55,13 +55,20 @@ def cut_code(page) -> list[str]:
     return page.evaluate(CUT_CODE_JS)
 
 
-def axe_violations(page) -> list[dict]:
-    """axe-core's serious and critical WCAG 2 A/AA violations: ``{id, impact, help, nodes}`` each."""
+def axe_violations(page, within: str | None = None, impacts: tuple[str, ...] = SERIOUS) -> list[dict]:
+    """axe-core's WCAG 2 A/AA violations of ``impacts`` (serious and critical by default) on the
+    page, or only inside the elements matching the CSS selector ``within`` (axe-core's own
+    selector engine: no ``:has()``; a selector that gives axe nothing to check raises
+    ``ValueError``): ``{id, impact, help, nodes}`` each."""
     if not page.evaluate("() => typeof window.axe !== 'undefined'"):
         page.add_script_tag(path=str(AXE_JS))
     result = page.evaluate(
-        "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']})", AXE_TAGS
+        "([tags, within]) => axe.run(within ? {include: [[within]]} : document, "
+        "{runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']})",
+        [AXE_TAGS, within],
     )
+    if within and not (result["passes"] or result["violations"] or result["incomplete"]):
+        raise ValueError(f"axe-core checked nothing within {within!r}")
     return [
         {
             "id": v["id"],
@@ -72,7 +79,7 @@ def axe_violations(page) -> list[dict]:
             ],
         }
         for v in result["violations"]
-        if v["impact"] in SERIOUS
+        if v["impact"] in impacts
     ]
 
 

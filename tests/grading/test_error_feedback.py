@@ -208,7 +208,8 @@ def test_a_repeated_error_is_reported_once_with_its_tests():
     assert text.count("Hint: ") == 1, text
     assert error_lines(report.results) == [f"Error (tests {', '.join(repr(t) for t in failed)}): {error}"]
     html = report._repr_html_()
-    assert html.count("must match the size of tensor b") == 1 and "<b>Error (tests " in html
+    assert html.count("must match the size of tensor b") == 1 and html.count('class="course-lib-error"') == 1
+    assert html.count(">Hint</summary>") == 1  # the hint, folded, once
     for r in report.results:  # each test still names the exception and its own inputs
         assert r.feedback.startswith("raised RuntimeError (") and "Inputs of this test: query (" in r.feedback, r
 
