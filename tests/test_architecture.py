@@ -7,8 +7,9 @@
 - the sandbox (``course_lib.autograder.sandbox``) knows no rubric: it imports nothing of the
   checks (``course_lib.grading``); the autograder hands it calls, watch lists and a stand-in
   hook (``course_lib.autograder.sandbox_adapter``);
-- ``grading/opwatch.py`` imports only the standard library and torch (the sandbox's worker has
-  its own test: tests/autograder/test_sandbox.py);
+- ``grading/opwatch.py`` imports only the standard library and torch, ``grading/operands.py``
+  only the standard library: the sandbox's worker runs their source, handed over by the
+  autograder (the worker has its own test: tests/autograder/test_sandbox.py);
 - no import cycle among the modules, counting the imports that run (those under ``if
   TYPE_CHECKING:`` only serve the type checker).
 """
@@ -100,9 +101,11 @@ def test_the_sandbox_never_imports_the_grading_checks():
     assert not bad, bad
 
 
-def test_the_operator_watch_imports_only_the_standard_library_and_torch():
+def test_what_the_sandbox_runs_from_source_imports_only_the_standard_library_and_torch():
     outside = {m.split(".")[0] for m in imports("course_lib.grading.opwatch")} - set(sys.stdlib_module_names)
     assert outside <= {"torch"}, outside
+    outside = {m.split(".")[0] for m in imports("course_lib.grading.operands")} - set(sys.stdlib_module_names)
+    assert not outside, outside
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

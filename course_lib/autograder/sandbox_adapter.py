@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from ..grading import opwatch
+from ..grading import operands, opwatch
 from ..grading.forbidden import OPS_OF_RULE
 from ..grading.model import Call, Outcome, OutcomeStatus
 from ..grading.registry import ASSIGNMENTS, exercises_of
@@ -35,11 +35,13 @@ Decision = Callable[[dict[str, list[Outcome | None]]], bool]
 def watch_lists() -> WatchLists:
     """Every torch function (dotted path) and aten operator that a rule can forbid, with the
     operator watch's source (:mod:`course_lib.grading.opwatch`): the warm worker resolves the
-    functions and wraps the operators' kernels once, so that no job pays for it."""
+    functions and wraps the operators' kernels once, so that no job pays for it. With the
+    source of the words for a failing line's operands (:mod:`course_lib.grading.operands`),
+    which the worker runs too: the same code as ``check``'s."""
     rules = {r for slug in ASSIGNMENTS for ex in exercises_of(slug) for r in ex.forbidden} | set(OPS_OF_RULE)
     functions = tuple(sorted(r for r in rules if ":" not in r))
     ops = tuple(sorted({op for ops in OPS_OF_RULE.values() for op in ops}))
-    return WatchLists(Path(opwatch.__file__).resolve(), functions, ops)
+    return WatchLists(Path(opwatch.__file__).resolve(), Path(operands.__file__).resolve(), functions, ops)
 
 
 def outcome_of(reply: Reply) -> Outcome:

@@ -4,11 +4,12 @@ its shape and dtype when it is a tensor (never its values: those are the hidden 
 ``, where `q` is (2, 4, 8) float32 and `k` is (2, 6, 8) float32`` follows the line an error
 report quotes (:func:`course_lib.grading.feedback.describe_exception`).
 
-This file is kept byte for byte the same in ``course_lib/grading/operands.py`` (``check`` in a
-notebook) and ``course_lib/autograder/sandbox/worker/operands.py`` (the sandbox's student
-process, which may not import ``course_lib``); a test compares them. It imports only the
-standard library: what reads a tensor is passed in (``tensor_words``), so that each side uses
-torch's own C getters, taken before any student code ran. Only dict look-ups, ``type()`` and
+The same code runs on both sides: imported here (``check`` in a notebook), and in the
+sandbox's worker, which may not import ``course_lib``, run from this file's source, which the
+autograder hands it when it starts (``WatchLists.operands``; the worker's
+``stubs.GraderModules``). So it imports only the standard library (a test checks): what reads
+a tensor is passed in (``tensor_words``), so that each side uses torch's own C getters, taken
+before any student code ran. Only dict look-ups, ``type()`` and
 the lengths and slices of exact lists and tuples touch the student's objects: no method of
 theirs is called. The text is feedback only; it never decides points.
 """

@@ -149,8 +149,9 @@ def command(isolation: str, hide: list[str], watch: WatchLists | None) -> tuple[
 
     The worker package is started by :data:`~.worker.protocol.BOOTSTRAP` from the folder that
     holds it (``/sandbox`` under bubblewrap, where it is bound read-only at ``/sandbox/worker``).
-    ``watch`` is what the warm worker prepares for the runtime layer (bound read-only at
-    ``/sandbox/opwatch.py``); without it, the command only probes the jail (``--probe``)."""
+    ``watch`` is what the warm worker prepares for the runtime layer (its sources bound
+    read-only at ``/sandbox/opwatch.py`` and ``/sandbox/operands.py``); without it, the command
+    only probes the jail (``--probe``)."""
     # The sandbox's writable folder is SCRATCH, not /tmp: the course's own files (the venv) may
     # live under /tmp (a CI checkout), and a tmpfs on /tmp would hide them.
     env = {
@@ -180,29 +181,36 @@ def command(isolation: str, hide: list[str], watch: WatchLists | None) -> tuple[
         args += ["--site", d]
     if watch is None:
         args.append("--probe")
-    opwatch = str(Path(watch.opwatch).resolve()) if watch is not None else None
+    sources = _sources(watch)
     tmp = None
     if isolation == "bubblewrap":
-        cmd = _bwrap_command(py, args, hide, opwatch)
+        cmd = _bwrap_command(py, args, hide, sources)
     elif isolation == "namespaces":
-        cmd = [*py, str(WORKER.parent), *args, *_opwatch_arg(opwatch), "--root", json.dumps(allowlist(hide))]
+        cmd = [*py, str(WORKER.parent), *args, *_source_args(sources), "--root", json.dumps(allowlist(hide))]
     elif isolation == "none":
         tmp = tempfile.mkdtemp(prefix="sandbox-zygote-")
         os.chmod(tmp, 0o711)  # the unprivileged job may enter its own scratch folder, not list the others
         env.update({"HOME": tmp, "TMPDIR": tmp, "MPLCONFIGDIR": os.path.join(tmp, "matplotlib")})
-        cmd = [*py, str(WORKER.parent), *args, *_opwatch_arg(opwatch)]
+        cmd = [*py, str(WORKER.parent), *args, *_source_args(sources)]
     else:
         raise ValueError(f"unknown isolation {isolation!r}")
     return cmd, env, tmp
 
 
-def _opwatch_arg(path: str | None) -> list[str]:
-    """The worker's ``--opwatch`` argument for the operator watch's source at ``path`` (none
-    when probing)."""
-    return ["--opwatch", path] if path is not None else []
+def _sources(watch: WatchLists | None) -> dict[str, str]:
+    """The sources of the grader's modules the worker runs: its argument (``--opwatch``,
+    ``--operands``) -> the file's absolute path on the host (none when probing)."""
+    if watch is None:
+        return {}
+    return {"--opwatch": str(Path(watch.opwatch).resolve()), "--operands": str(Path(watch.operands).resolve())}
 
 
-def _bwrap_command(py: list[str], args: list[str], hide: list[str], opwatch: str | None) -> list[str]:
+def _source_args(sources: dict[str, str]) -> list[str]:
+    """The worker's arguments for the ``sources`` (:func:`_sources`)."""
+    return [x for arg, path in sources.items() for x in (arg, path)]
+
+
+def _bwrap_command(py: list[str], args: list[str], hide: list[str], sources: dict[str, str]) -> list[str]:
     """Bubblewrap's command line: new namespaces, the capabilities the zygote needs for each
     job's jail, the allowlisted root (:func:`_bwrap_mounts`), then the worker (``py``, ``args``)."""
     cmd = [
@@ -234,7 +242,7 @@ def _bwrap_command(py: list[str], args: list[str], hide: list[str], opwatch: str
         "--ro-bind",
         str(WORKER),
         "/sandbox/worker",
-        *(["--ro-bind", opwatch, "/sandbox/opwatch.py"] if opwatch is not None else []),
+        *[x for arg, path in sources.items() for x in ("--ro-bind", path, _bound(arg))],
         "--remount-ro",
         "/",
         "--chdir",
@@ -242,9 +250,14 @@ def _bwrap_command(py: list[str], args: list[str], hide: list[str], opwatch: str
         *py,
         "/sandbox",
         *args,
-        *_opwatch_arg("/sandbox/opwatch.py" if opwatch is not None else None),
+        *_source_args({arg: _bound(arg) for arg in sources}),
     ]
     return cmd
+
+
+def _bound(arg: str) -> str:
+    """Where bubblewrap binds the source given as ``arg`` (``--opwatch``: ``/sandbox/opwatch.py``)."""
+    return f"/sandbox/{arg.removeprefix('--')}.py"
 
 
 def _bwrap_mounts(spec: list[list[str]]) -> list[str]:

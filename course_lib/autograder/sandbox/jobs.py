@@ -90,9 +90,12 @@ class WatchLists:
     """What the warm worker prepares for the runtime layer: the source file of the operator
     watch it loads (``opwatch``: standard library and torch only), the torch functions
     (dotted paths) it resolves and the aten operators whose kernels it wraps, once, so that
-    no job pays for it. The autograder computes them from the rules (``watch_lists``)."""
+    no job pays for it; and the source file of the words for a failing line's operands that
+    it loads too (``operands``: standard library only; a reply's ``operands``). The
+    autograder computes them from the rules (``watch_lists``)."""
 
     opwatch: Path
+    operands: Path
     functions: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()
 

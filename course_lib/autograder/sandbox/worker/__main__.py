@@ -6,8 +6,9 @@ any student code can run, so no notebook can ``import`` the worker's modules. Ev
 the package is imported here, up front: in namespaces mode the worker's own folder is gone
 once the root file system is built.
 
-Arguments: ``--isolation bubblewrap|namespaces|none``, ``--opwatch PATH`` (the runtime-watch
-module's source, read at once; not given to a probe), ``--watch-functions A,B`` and ``--watch-ops A,B`` (the torch
+Arguments: ``--isolation bubblewrap|namespaces|none``, ``--opwatch PATH`` and ``--operands PATH``
+(the sources of the grader's modules the worker runs, :class:`.stubs.GraderModules`, read at
+once; not given to a probe), ``--watch-functions A,B`` and ``--watch-ops A,B`` (the torch
 functions it resolves and the aten operators whose kernels it wraps once, warm), ``--site DIR`` (repeatable: where numpy and torch live),
 ``--root JSON`` (namespaces mode: the allowlist to build the root from), ``--probe`` (run the
 jail recipe and print ``probe-ok``, without torch).
@@ -48,6 +49,7 @@ def main(argv: list[str], home: str | None = None) -> int:
         "--root": None,
         "--probe": False,
         "--opwatch": None,
+        "--operands": None,
         "--watch-functions": "",
         "--watch-ops": "",
     }
@@ -55,15 +57,16 @@ def main(argv: list[str], home: str | None = None) -> int:
     for a in it:
         if a == "--site":
             args["--site"].append(next(it))
-        elif a in ("--isolation", "--root", "--opwatch", "--watch-functions", "--watch-ops"):
+        elif a in ("--isolation", "--root", "--opwatch", "--operands", "--watch-functions", "--watch-ops"):
             args[a] = next(it)
         elif a == "--probe":
             args["--probe"] = True
     isolation = args["--isolation"]
-    opwatch_source = ""  # a probe needs none
-    if args["--opwatch"] is not None:
-        with open(args["--opwatch"]) as f:  # read now: in namespaces mode the folder is hidden next
-            opwatch_source = f.read()
+    sources = {"--opwatch": "", "--operands": ""}  # a probe needs none
+    for a in sources:
+        if args[a] is not None:
+            with open(args[a]) as f:  # read now: in namespaces mode the folder is hidden next
+                sources[a] = f.read()
     hide = {os.path.abspath(home or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
     hide.add(os.path.dirname(os.path.abspath(__file__)))
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) not in hide]
@@ -85,12 +88,13 @@ def main(argv: list[str], home: str | None = None) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    watch_module = zygote.warm_up(
-        opwatch_source,
+    modules = zygote.warm_up(
+        sources["--opwatch"],
+        sources["--operands"],
         [f for f in args["--watch-functions"].split(",") if f],
         [op for op in args["--watch-ops"].split(",") if op],
     )
-    z = zygote.Zygote(isolation, ctrl, watch_module)
+    z = zygote.Zygote(isolation, ctrl, modules)
     z.send(zygote.ready_frame())
     z.serve()
     return 0

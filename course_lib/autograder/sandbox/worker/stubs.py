@@ -1,10 +1,12 @@
-"""The fake ``course_lib`` a notebook imports while it is graded, and the runtime watch's module."""
+"""The fake ``course_lib`` a notebook imports while it is graded, and the grader's modules the
+worker runs from their source (:func:`load_modules`)."""
 
 from __future__ import annotations
 
 import sys
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .channels import _Sender
@@ -105,8 +107,30 @@ def _course_lib_finder(report: Callable[[str], None]) -> Any:
     return CourseLibFinder
 
 
-def load_opwatch(source: str) -> types.ModuleType:
-    """The runtime-watch module (course_lib/grading/opwatch.py, read when the worker started)."""
-    module = types.ModuleType("_course_opwatch")
-    exec(compile(source, "<opwatch>", "exec"), module.__dict__)
+#: The names the grader's modules run under (no import finds them; see also ``.audit``).
+OPWATCH_MODULE = "_course_opwatch"
+OPERANDS_MODULE = "_course_operands"
+
+
+@dataclass(frozen=True)
+class GraderModules:
+    """The grader's modules in the worker, which may not import ``course_lib``: each run from
+    the source the grader handed over when the worker started, in the warm worker, before any
+    job (:func:`load_modules`)."""
+
+    #: the runtime watch (``course_lib/grading/opwatch.py``: standard library and torch)
+    opwatch: types.ModuleType
+    #: a failing line's operands in words (``course_lib/grading/operands.py``: standard
+    #: library only), the same code as ``check``'s
+    operands: types.ModuleType
+
+
+def _load(name: str, source: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(compile(source, f"<{name.removeprefix('_course_')}>", "exec"), module.__dict__)
     return module
+
+
+def load_modules(opwatch_source: str, operands_source: str) -> GraderModules:
+    """The grader's modules, from their sources (read when the worker started)."""
+    return GraderModules(_load(OPWATCH_MODULE, opwatch_source), _load(OPERANDS_MODULE, operands_source))

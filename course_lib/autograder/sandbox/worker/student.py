@@ -46,7 +46,7 @@ from .protocol import (
     write_all,
 )
 from .shell import get_ipython
-from .stubs import _install_stubs
+from .stubs import GraderModules, _install_stubs
 from .timers import _arm, _Deadline, _disarm, _guarded, _timer
 from .values import _BadType, _safe_str, _seen, _short, _student_line, _student_operands, _type_name, _Values
 
@@ -60,7 +60,7 @@ def run_student(
     out_w: int,
     setup_w: int,
     scratch_host: str | None,
-    watch_module: types.ModuleType,
+    modules: GraderModules,
 ) -> int:
     """The student's process: set up the jail, read the job from the grader, drop privileges,
     run the student's cells and answer the calls. Returns the exit code."""
@@ -90,7 +90,7 @@ def run_student(
         (resource.RLIMIT_NPROC, int(limits["processes"])),
         (resource.RLIMIT_MSGQUEUE, 0),
     )
-    harness = StudentHarness(job, limits, watch_module)  # the watches resolved before any student code runs
+    harness = StudentHarness(job, limits, modules)  # the watches resolved before any student code runs
     harness.isolated = isolated  # in a PID namespace of its own: kill(-1) reaches only the job
     drop_privileges(isolated, uid, rlimits)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -120,7 +120,7 @@ class StudentHarness(_Values):
     frame goes out signed through :class:`_Sender`.
     """
 
-    def __init__(self, job: Header, limits: dict[str, Any], watch_module: types.ModuleType):
+    def __init__(self, job: Header, limits: dict[str, Any], modules: GraderModules):
         import numpy
         import torch
 
@@ -149,7 +149,9 @@ class StudentHarness(_Values):
         self._FunctionType = types.FunctionType
         self.cells = list(job["cells"])
         self.names = list(job["names"])
+        watch_module = modules.opwatch
         self.watches = {n: watch_module.OpWatch(**spec) for n, spec in job.get("watch", {}).items()}
+        self._operand_words = modules.operands.operand_words  # taken before any student code runs
         self.limits = limits
         self.call_seconds = float(limits["call_seconds"])
         self.cell_seconds = float(limits["cell_seconds"])
@@ -478,5 +480,5 @@ class StudentHarness(_Values):
             err = e
             msg = _guarded(lambda: f"raised {type(err).__name__}: {_safe_str(err)}", "raised an exception")
             msg += _guarded(lambda: _student_line(err), "")
-            operands = _guarded(lambda: _student_operands(err, self._tensor_words), "")
+            operands = _guarded(lambda: _student_operands(err, self._tensor_words, self._operand_words), "")
             return {"status": "error", "msg": msg, "operands": operands, "seen": _seen(watch)}, []

@@ -8,7 +8,6 @@ import linecache
 from collections.abc import Callable
 from typing import Any
 
-from .operands import operand_words
 from .protocol import (
     ARG_TAGS,
     MAX_DEPTH,
@@ -216,11 +215,14 @@ def _student_line(e: BaseException) -> str:
     return f", in your line `{_short(line, 160)}`" if line else ""
 
 
-def _student_operands(e: BaseException, tensor_words: Callable[[Any], str | None]) -> str:
+def _student_operands(
+    e: BaseException, tensor_words: Callable[[Any], str | None], operand_words: Callable[..., str]
+) -> str:
     """``, where `q` is (2, 4, 8) float32 ...``: the shapes and dtypes of the tensors that the
-    student's failing line names, read from its frame (:func:`.operands.operand_words`: never
-    values, no method of the student's objects called), or ``""``. Sent apart from the message
-    (the reply's ``operands``): the grader keeps the numbers of its shapes."""
+    student's failing line names, read from its frame by ``operand_words``
+    (``course_lib/grading/operands.py``'s, run from its source: never values, no method of the
+    student's objects called), or ``""``. Sent apart from the message (the reply's
+    ``operands``): the grader keeps the numbers of its shapes."""
     where = _student_frame(e)
     line = _line_of(where) if where is not None else ""
     if not line:

@@ -36,13 +36,12 @@ import socket
 import sys
 import time
 import traceback
-import types
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from . import syscalls as sc
 from .protocol import JOB_FDS, SETUP_FD, Header, recv_packet, send_packet, write_all
-from .stubs import load_opwatch
+from .stubs import GraderModules, load_modules
 from .student import run_student
 from .supervisor import Supervisor, end_packet, kill_quietly
 
@@ -54,11 +53,11 @@ class Zygote:
     """The warm process: torch imported once; forks each job's student process, enforces its
     wall-clock limit and reports how it ended. It reads only control packets, never a job."""
 
-    def __init__(self, isolation: str, ctrl: socket.socket, watch_module: types.ModuleType):
+    def __init__(self, isolation: str, ctrl: socket.socket, modules: GraderModules):
         self.isolation = isolation
         self.isolated = isolation in ("bubblewrap", "namespaces")
         self.ctrl = ctrl
-        self.watch_module = watch_module  # loaded and warmed once, before any job
+        self.modules = modules  # loaded (the watch warmed) once, before any job
         # to leave each job's PID namespace again after forking into it
         self.pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if self.isolated else -1
 
@@ -146,7 +145,7 @@ class Zygote:
             if self.pidns >= 0:
                 os.close(self.pidns)
             code = run_student(
-                self.isolated, s.limits, s.uid, s.req_r, s.res_w, s.out_w, s.setup_w, s.scratch_host, self.watch_module
+                self.isolated, s.limits, s.uid, s.req_r, s.res_w, s.out_w, s.setup_w, s.scratch_host, self.modules
             )
         except BaseException as e:  # noqa: BLE001 - report a failed setup; never run student code then
             _report_failure(f"sandbox setup failed: {type(e).__name__}: {e}\n{traceback.format_exc()}", s.setup_w)
@@ -190,12 +189,12 @@ def _report_failure(message: str, setup_w: int) -> None:
         pass
 
 
-def warm_up(opwatch_source: str, functions: list[str], operators: list[str]) -> types.ModuleType:
+def warm_up(opwatch_source: str, operands_source: str, functions: list[str], operators: list[str]) -> GraderModules:
     """Import and exercise the libraries once, so each forked job starts warm; returns the
-    runtime-watch module, loaded from ``opwatch_source`` with the torch ``functions`` resolved
-    and the kernels of ``operators`` wrapped (torch imports its dispatcher tools the first time
-    a mode is used). No ``course_lib`` module is left in ``sys.modules``: each job finds only
-    its stubs."""
+    grader's modules, run from ``opwatch_source`` and ``operands_source``, the runtime watch's
+    with the torch ``functions`` resolved and the kernels of ``operators`` wrapped (torch
+    imports its dispatcher tools the first time a mode is used). No ``course_lib`` module is
+    left in ``sys.modules``: each job finds only its stubs."""
     import importlib.machinery  # noqa: F401 - imported here so that no job pays for these imports
     import random  # noqa: F401
     import tempfile  # noqa: F401
@@ -229,7 +228,8 @@ def warm_up(opwatch_source: str, functions: list[str], operators: list[str]) -> 
     plt.close("all")
     figures_cost_nothing()
     numpy.save(io.BytesIO(), numpy.zeros(3), allow_pickle=False)
-    watch_module = load_opwatch(opwatch_source)
+    modules = load_modules(opwatch_source, operands_source)
+    watch_module = modules.opwatch
     for path in functions:
         watch_module.resolve(path)
     watch_module.wrap_operators(operators)
@@ -243,7 +243,7 @@ def warm_up(opwatch_source: str, functions: list[str], operators: list[str]) -> 
     gc.collect()
     gc.freeze()  # keep the warm objects out of the children's collections (fewer copied pages)
     huge_pages()
-    return watch_module
+    return modules
 
 
 def huge_pages() -> int:
