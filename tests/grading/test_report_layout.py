@@ -217,3 +217,19 @@ def test_course_lib_check_tells_no_composition_for_a_callee_never_called(tmp_pat
     assert main(["check", str(path), "--sandbox", "off"]) == 0
     out = capsys.readouterr().out
     assert "attention_pool: " in out and "With your own" not in out, out
+
+
+def test_an_error_is_said_once_before_the_mistakes_with_its_hint_folded():
+    error = "raised RuntimeError: shapes differ, in your line `w = s @ v.T`. Hint: use `v.transpose(-2, -1)`"
+    report = _report()
+    for r in report.results[1:3]:
+        r.error = error
+    page = Elements(report._repr_html_())
+    said = page.first("shapes differ")
+    hint, fix, _ = (i for i in page.tags("details"))
+    assert said < hint < page.first("ignoring the mask") < fix
+    assert page.text(said).startswith("Error (tests 'padding mask', 'broadcast mask')")
+    assert "transpose" not in page.text(said)
+    assert "v.transpose(-2, -1)" in page.text(hint) and "open" not in page.found[hint][1]
+    text = str(report)
+    assert text.count("shapes differ") == 1 and text.index("shapes differ") < text.index("Likely mistake")
