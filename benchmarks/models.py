@@ -6,7 +6,8 @@ running):
 
 - transformer on ``reverse`` (lengths 1-16, 10 tokens) and Bahdanau seq2seq on ``dates``:
   >= 99.5% exact on 1,000 fresh test sequences on every seed, with a median of <= 10 s of
-  training (20 seeds by default, from 1000: the recipes were tuned on seeds 0-19);
+  training (20 seeds by default, from 3000: the recipes were tuned on seeds 0-19, and seeds
+  1000-1019 and 2000-2019 showed where earlier recipes failed);
 - Luong seq2seq on ``dates``: >= 99.5% exact on every seed (its time is printed);
 - the same seed gives the same final metrics;
 - KV-cache decoding of 256 tokens >= 3x faster than recomputing the prefix.
@@ -31,9 +32,10 @@ from course_lib.training import benchmark, default_config, train
 
 RUNS = (("reverse", "transformer"), ("dates", "bahdanau"), ("dates", "luong"))
 TARGET = 0.995
-# The recipes were tuned on seeds 0-99; the benchmark reports seeds from 1000 on, which no
-# tuning run used. Fresh test sequences are drawn with seed FRESH + the training seed.
-REPORT_SEEDS = 1000
+# The recipes were tuned on seeds 0-19, and seeds 1000-1019 and 2000-2019 showed where earlier
+# recipes failed; the benchmark reports seeds from 3000 on, which no run had looked at when the
+# recipes were fixed. Fresh test sequences are drawn with seed FRESH + the training seed.
+REPORT_SEEDS = 3000
 FRESH = 10_000
 
 
