@@ -100,3 +100,21 @@ def lead(steps: Sequence[IdleStep]) -> str:
     if parked == 0:
         return "no step that copies no source character puts its largest weight there"
     return "only some of the steps that copy no source character put their largest weight there"
+
+
+def conclusion(steps: Sequence[IdleStep]) -> str:
+    """The sentence that sums ``steps`` up (from any examples): what the final ``<eos>`` steps
+    look back at, or that the idle steps all park on ``<eos>``."""
+    finals = [s for s in steps if s.name.startswith("the final")]
+    parts = sorted({s.top_part for s in finals if s.top_part})
+    if finals and all(s.top_part for s in finals) and len(parts) == 1:
+        return (
+            f"So `<eos>` is not where every idle step parks its weight: to write the final `<eos>`, "
+            f"the model looks back at the {parts[0]}, the last part it wrote."
+        )
+    if any(s.top != EOS for s in steps):
+        return (
+            "So `<eos>` is a common place to park weight, not the only one: where an output step "
+            "copies nothing, the model may also look back at a part of the date it already wrote."
+        )
+    return "So `<eos>` is where the idle steps park their weight: the one source position that is never copied."

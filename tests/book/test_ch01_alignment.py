@@ -60,3 +60,16 @@ def test_wrong_shapes_and_labels_are_refused():
         al.idle_steps(_rows({}), [*SRC[:-1], "x"], OUT)
     with pytest.raises(ValueError, match="rows"):
         al.idle_steps(_rows({})[:3], SRC, OUT)
+
+
+def test_the_conclusion_follows_where_the_final_steps_look():
+    def step(name, top, part):
+        return al.IdleStep(name, 0, 0.2, top, 0.5, part)
+
+    hyphen_on_eos = step("the first hyphen", "<eos>", None)
+    final_on_day = step("the final `<eos>` step", "1", "day")
+    final_on_eos = step("the final `<eos>` step", "<eos>", None)
+    assert "looks back at the day" in al.conclusion([hyphen_on_eos, final_on_day, final_on_day])
+    mixed = al.conclusion([hyphen_on_eos, final_on_day, final_on_eos])
+    assert "not the only one" in mixed and "looks back at the day" not in mixed
+    assert "is where the idle steps park" in al.conclusion([hyphen_on_eos, final_on_eos])
