@@ -23,7 +23,10 @@ from course_lib.training import resolve_device
 
 
 def _to(value: Any, device: torch.device, dtype: torch.dtype | None = None) -> Any:
-    """``value`` with every tensor in it moved to ``device`` (and floats cast to ``dtype``)."""
+    """``value`` with every tensor in it moved to ``device`` (and floats cast to ``dtype``); a
+    ``meta`` tensor (a case that asks for that device itself) stays where it is: it has no data."""
+    if isinstance(value, torch.Tensor) and value.device.type == "meta":
+        return value
     if isinstance(value, torch.Tensor):
         if dtype is not None and value.is_floating_point():
             return value.to(device, dtype)
