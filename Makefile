@@ -61,12 +61,23 @@ sysdeps:
 
 # The suite includes the browser test of the built book, so the book is built first
 # (strictly; unchanged chapters come from the execution cache), and the code must pass
-# `make lint`. Then the notebooks: solutions must reproduce their stored outputs, blank
-# exercises must run without errors.
+# `make lint`. Then two streams run side by side, one per core:
+#   - the tests marked serial (all of tests/autograder, and any other test that starts a
+#     grading runner), one after another: they start runners under one uid, and some count
+#     that uid's processes and memory cgroups machine-wide, so no other runner may run beside
+#     them; their output goes to _build/test-serial.log and is printed at the end;
+#   - every other test, then the notebooks: solutions must reproduce their stored outputs,
+#     blank exercises must run without errors.
+# The target fails if either stream fails.
+SERIAL_LOG := _build/test-serial.log
+
 test: $(STAMP) sysdeps lint book
-	$(BIN)/python -m pytest
-	$(BIN)/python -m pytest $(NBVAL) --nbval --nbval-sanitize-with nbval_sanitize.cfg solutions/
-	$(BIN)/python -m pytest $(NBVAL) --nbval-lax exercises/
+	@{ $(BIN)/python -m pytest -p no:cacheprovider -m serial > $(SERIAL_LOG) 2>&1; echo $$? > $(SERIAL_LOG).rc; } & \
+	  $(BIN)/python -m pytest -m "not serial" \
+	  && $(BIN)/python -m pytest $(NBVAL) --nbval --nbval-sanitize-with nbval_sanitize.cfg solutions/ \
+	  && $(BIN)/python -m pytest $(NBVAL) --nbval-lax exercises/; rc=$$?; \
+	  wait; echo "=== the serial tests (run beside the above; $(SERIAL_LOG)) ==="; cat $(SERIAL_LOG); \
+	  test $$rc = 0 && test "$$(cat $(SERIAL_LOG).rc)" = 0
 
 # The quick loop while editing: the library, the checks and the autograder without the sandbox
 # (no book, no browser), and no test marked slow (pyproject.toml lists the markers).

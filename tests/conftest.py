@@ -115,7 +115,14 @@ def implementation_id(fn) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark tests by the room they test: everything under ``book/`` needs the built book."""
+    """Mark tests by the room they test: everything under ``book/`` needs the built book, and
+    everything under ``autograder/`` is ``serial``: its tests start grading runners under one
+    uid (``60000 + slot``, slot 0 unless a test picks another), and some count that uid's
+    processes and the ``course-lib-*`` memory cgroups machine-wide, so ``make test`` runs them
+    one after another in a stream of their own, beside the tests that start no runner."""
     for item in items:
-        if ROOT / "tests" / "book" in Path(item.path).parents:
+        parents = Path(item.path).parents
+        if ROOT / "tests" / "book" in parents:
             item.add_marker(pytest.mark.book)
+        if ROOT / "tests" / "autograder" in parents:
+            item.add_marker(pytest.mark.serial)

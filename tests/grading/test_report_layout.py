@@ -209,6 +209,7 @@ def test_no_composition_is_told_when_the_references_changed_nothing():
 
 
 @pytest.mark.slow  # the autograder's worker process imports torch: about 7 s
+@pytest.mark.serial  # a grading runner: uid 60000 and a memory cgroup, as tests/autograder's
 def test_course_lib_check_tells_no_composition_for_a_callee_never_called(tmp_path, capsys):
     from course_lib.cli import main
 
