@@ -384,8 +384,8 @@ def _finish(summary: Summary, book: Gradebook, start: float, out: TextIO, subs: 
     for student, record in book.rows():
         summary.by_assignment[record.assignment].append((record.score, record.max_score))
         if (student, record.assignment) in subs and record.status not in ("graded", "error"):
-            reason = record.messages[0] if record.messages else ""
-            summary.attention.append(f"{student}/{record.assignment}: {record.status}: {reason[:200]}")
+            reason = " ".join(record.messages[0].split())[:200] if record.messages else ""
+            summary.attention.append(f"{student}/{record.assignment}: {record.status}: {reason}")
     book.close()
     summary.peak_mb = peak_memory_mb()
     for n in summary.notes:

@@ -156,7 +156,10 @@ def _assignment(up: Upload) -> tuple[str, str, str]:
         other = f"; its name says {by_name}" if by_name and by_name != by_stamp else ""
         return by_stamp, f"notebook metadata{other}", ""
     if not up.file_name.lower().endswith(".ipynb"):
-        kind = "a Python file" if up.file_name.lower().endswith(".py") else "not a notebook (.ipynb)"
+        kind = {
+            ".py": "a Python file",
+            ".zip": "a zip inside the download, not opened (unzip it and collect that)",
+        }.get(Path(up.file_name).suffix.lower(), "not a notebook (.ipynb)")
         said = f" (its name says {by_name})" if by_name else ""
         return "", "", f"{kind}{said}: ask the student for the .ipynb notebook"
     if by_name:

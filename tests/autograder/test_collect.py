@@ -75,6 +75,7 @@ def test_canvas_download_is_filed_by_user_id_with_copies_late_work_and_a_py_expo
             "aberzoe_LATE_340935_208490300_Copy of 05_layer_norm (1).ipynb": notebook("zoe"),
             f"smithbob_340934_208490290_{A}.py": b"def softmax(x): ...\n",
             "smithbob_340934_208490291_notes.txt": b"see attached",
+            "smithbob_340934_208490292_work.zip": b"PK\x05\x06" + b"\0" * 18,
         },
     )
     manifest = collect(download, tmp_path / "subs", roster=canvas_roster)
@@ -88,7 +89,8 @@ def test_canvas_download_is_filed_by_user_id_with_copies_late_work_and_a_py_expo
     py = got[f"smithbob_340934_208490290_{A}.py"]
     assert py["status"] == "unmatched" and "a Python file (its name says 02_self_attention)" in py["reason"]
     assert got["smithbob_340934_208490291_notes.txt"]["status"] == "unmatched"
-    assert len(manifest.entries) == 4  # every file a record
+    assert "a zip inside the download, not opened" in got["smithbob_340934_208490292_work.zip"]["reason"]
+    assert len(manifest.entries) == 5  # every file a record
 
 
 def test_a_canvas_resubmission_keeps_the_newest_upload_and_records_the_older_as_superseded(tmp_path):
