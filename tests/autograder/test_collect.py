@@ -76,6 +76,7 @@ def test_canvas_download_is_filed_by_user_id_with_copies_late_work_and_a_py_expo
             f"smithbob_340934_208490290_{A}.py": b"def softmax(x): ...\n",
             "smithbob_340934_208490291_notes.txt": b"see attached",
             "smithbob_340934_208490292_work.zip": b"PK\x05\x06" + b"\0" * 18,
+            f"newstudent_777_208490293_{A}.ipynb": notebook("new"),  # added to the course after the export
         },
     )
     manifest = collect(download, tmp_path / "subs", roster=canvas_roster)
@@ -90,7 +91,9 @@ def test_canvas_download_is_filed_by_user_id_with_copies_late_work_and_a_py_expo
     assert py["status"] == "unmatched" and "a Python file (its name says 02_self_attention)" in py["reason"]
     assert got["smithbob_340934_208490291_notes.txt"]["status"] == "unmatched"
     assert "a zip inside the download, not opened" in got["smithbob_340934_208490292_work.zip"]["reason"]
-    assert len(manifest.entries) == 5  # every file a record
+    new = got[f"newstudent_777_208490293_{A}.ipynb"]
+    assert new["status"] == "unmatched" and new["reason"] == "no roster student is 'newstudent, 777'"
+    assert len(manifest.entries) == 6  # every file a record
 
 
 def test_a_canvas_resubmission_keeps_the_newest_upload_and_records_the_older_as_superseded(tmp_path):
