@@ -2,6 +2,9 @@
 keep the gradebook, export it.
 
 - :mod:`.assign`: exercise notebooks from the solution notebooks
+- :mod:`.collect`: an LMS download -> ``SUBMISSIONS/<login>/<NN_slug>.ipynb`` and a manifest
+  (:mod:`.lms_downloads`, :mod:`.lms_layouts`, :mod:`.roster_match`); :mod:`.ungraded`: the
+  files that are no submission, recorded
 - :mod:`.notebook`: reading a submitted notebook's bytes (size, UTF-8, JSON, nbformat)
 - :mod:`.skip_demos`: the ``with when_implemented():`` demo blocks that grading leaves out
 - :mod:`.autograde`: one submission -> one :class:`~.record.Record`

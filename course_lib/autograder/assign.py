@@ -8,7 +8,9 @@ The solution notebooks are the one source. In a code cell, the lines from
 
 at the marker's indentation. In a Markdown cell, text from ``<!-- BEGIN SOLUTION -->`` to
 ``<!-- END SOLUTION -->`` (an answer to a "think about it" question) becomes
-``*Your answer here.*``. Outputs and execution counts are cleared.
+``*Your answer here.*``. Outputs and execution counts are cleared. A notebook named after an
+assignment gets its name stamped into its metadata, ``metadata["course_lib"]["assignment"]``,
+so ``course-lib collect`` finds the assignment of a submission whatever the student renamed it to.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import copy
 import json
 import re
 from pathlib import Path
+
+from ..assignments import ASSIGNMENTS
 
 __all__ = ["make_exercise", "assign", "AssignError"]
 
@@ -65,6 +69,9 @@ def make_exercise(notebook: dict, name: str = "notebook") -> dict:
                 raise AssignError(f"{name}, cell {i}: unpaired SOLUTION marker in Markdown")
         cell["source"] = src
         cell.get("metadata", {}).pop("execution", None)
+    slug = name.removesuffix(".ipynb")
+    if slug in ASSIGNMENTS:
+        nb.setdefault("metadata", {})["course_lib"] = {"assignment": slug}
     return nb
 
 

@@ -24,12 +24,14 @@ from typing import Any, TextIO
 from ..grading.registry import ASSIGNMENTS
 from .autograde import checker_version, failed_record, failure_reason, refused_record, sha256
 from .backends import Job, backend_for
+from .collect import MANIFEST, Manifest
 from .config import GradeConfig
 from .deadlines import LatePolicy
 from .gradebook import Gradebook
 from .identity import identity, unmatched_timestamps
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
 from .record import Record
+from .ungraded import UngradedFile, from_manifest, save_ungraded
 
 __all__ = [
     "Submission",
@@ -57,37 +59,49 @@ def student_id(name: str) -> str:
     return identity(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
-def discover(root: str | Path, assignments: tuple[str, ...] | None = None) -> tuple[list[Submission], list[str]]:
-    """The submissions under ``root``, and a note for each file that is not one."""
+def discover(
+    root: str | Path, assignments: tuple[str, ...] | None = None
+) -> tuple[list[Submission], list[UngradedFile], list[str]]:
+    """The submissions under ``root``; every other file there, as an :class:`.ungraded.UngradedFile`
+    (``unmatched``, with the reason), and a note for each hidden file passed over (``.DS_Store``,
+    ``.ipynb_checkpoints``). The collect manifest (:data:`.collect.MANIFEST`) is not a file to grade."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"grade: submissions folder {root} does not exist")
     wanted = assignments or tuple(ASSIGNMENTS)
     subs: list[Submission] = []
+    strays: list[UngradedFile] = []
     notes: list[str] = []
     folders: dict[str, str] = {}  # student id -> the folder name it came from
+    expected = ", ".join(n + ".ipynb" for n in ASSIGNMENTS)
     for student_dir in sorted(p for p in root.iterdir()):
         student = student_id(student_dir.name)
+        if student_dir.name == MANIFEST and student_dir.is_file():
+            continue
+        if student_dir.name.startswith("."):
+            notes.append(f"{student}: a hidden file, passed over")
+            continue
         if not student_dir.is_dir() or student_dir.is_symlink():
-            notes.append(f"{student}: not a student folder, ignored")
+            strays.append(UngradedFile(student, "unmatched", "not in a student's folder (SUBMISSIONS/<student>/)"))
             continue
         if student in folders:
-            notes.append(
-                f"{student_dir.name!r}: the same student as the folder {folders[student]!r} "
-                "(the names differ only in Unicode form or surrounding spaces), ignored"
+            reason = (
+                f"the same student as the folder {folders[student]!r} (the names differ only in Unicode form or "
+                "surrounding spaces): merge the two folders"
             )
+            strays.append(UngradedFile(student_dir.name, "unmatched", reason, student))
             continue
         folders[student] = student_dir.name
         for path in sorted(student_dir.iterdir()):
             slug = path.name[: -len(".ipynb")] if path.name.endswith(".ipynb") else None
             if slug in wanted:
                 subs.append(Submission(student, slug, path))
+            elif path.name.startswith("."):
+                notes.append(f"{student}/{student_id(path.name)}: a hidden file, passed over")
             elif slug not in ASSIGNMENTS:
-                notes.append(
-                    f"{student}/{student_id(path.name)}: not an assignment notebook "
-                    f"({', '.join(n + '.ipynb' for n in ASSIGNMENTS)}), ignored"
-                )
-    return subs, notes
+                reason = f"not an assignment notebook ({expected})"
+                strays.append(UngradedFile(f"{student}/{student_id(path.name)}", "unmatched", reason, student))
+    return subs, strays, notes
 
 
 def read_submission(path: Path) -> bytes:
@@ -118,6 +132,8 @@ class Summary:
     by_assignment: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "student/assignment: reason" (status error)
+    ungraded: list[UngradedFile] = field(default_factory=list)  # files no graded record was made of
+    attention: list[str] = field(default_factory=list)  # "student/assignment: status: reason", not graded in full
     peak_mb: float = 0.0
     deadlines: dict[str, LatePolicy] = field(default_factory=dict)  # where a late penalty applies
     late: int = 0  # submissions with a penalty
@@ -127,6 +143,27 @@ class Summary:
     def failed(self) -> int:
         """Submissions the grader could not grade (its own fault; regraded on the next run)."""
         return len(self.failures)
+
+    @property
+    def needs_attention(self) -> bool:
+        """Whether any submission is not graded in full (invalid, timed out, crashed, held for
+        review, or the grader's failure) or any file is unmatched or invalid: the exit status 1."""
+        return bool(self.failures or self.attention or self.ungraded)
+
+    def attention_lines(self) -> list[str]:
+        """The summary's list of every submission and file that needs the instructor."""
+        lines = []
+        if self.attention:
+            counts = Counter(line.split(": ")[1] for line in self.attention)
+            said = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            lines.append(f"NOT GRADED IN FULL: {len(self.attention)} submission(s) ({said}):")
+            lines += [f"  {a}" for a in self.attention]
+        if self.ungraded:
+            counts = Counter(f.status for f in self.ungraded)
+            said = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            lines.append(f"NOT GRADED: {len(self.ungraded)} file(s) are no submission ({said}):")
+            lines += [f"  {f.line()}" for f in self.ungraded]
+        return lines
 
     def table(self) -> str:
         lines = [f"{'assignment':26} {'graded':>6} {'mean score':>12} {'full marks':>10}"]
@@ -150,6 +187,7 @@ class Summary:
             lines += [f"  {f}" for f in self.failures[:20]]
             if self.failed > 20:
                 lines.append(f"  ... and {self.failed - 20} more")
+        lines += self.attention_lines()
         for slug, policy in sorted(self.deadlines.items()):
             if slug in self.by_assignment:
                 lines.append(f"{slug}: {policy.describe()}")
@@ -259,9 +297,10 @@ def grade_all(submissions: str | Path, db: str | Path, config: GradeConfig, out:
     summary counts the submissions the grader could not grade (:attr:`Summary.failed`).
     """
     out = out or sys.stdout  # looked up at call time (a redirected or captured stdout)
-    subs, notes = discover(submissions, config.assignments)
-    summary = Summary(notes=notes, seed=config.seed)
+    subs, strays, notes = discover(submissions, config.assignments)
+    summary = Summary(notes=notes, seed=config.seed, ungraded=strays + _from_manifest(submissions, notes))
     book = Gradebook(db)
+    save_ungraded(book, summary.ungraded)
     summary.deadlines = _deadlines(book, config)
     times = {(identity(s), identity(a)): t for (s, a), t in config.timestamps.items()}
     summary.notes += unmatched_timestamps(
@@ -292,7 +331,23 @@ def grade_all(submissions: str | Path, db: str | Path, config: GradeConfig, out:
     finally:
         if recorder.bar is not None:
             recorder.bar.close()
-    return _finish(summary, book, start, out)
+    return _finish(summary, book, start, out, {(sub.student, sub.assignment) for sub in subs})
+
+
+def _from_manifest(submissions: str | Path, notes: list[str]) -> list[UngradedFile]:
+    """The collect manifest's unmatched and invalid files; its superseded and ignored ones are
+    counted in a note."""
+    manifest = Manifest.load(submissions)
+    if manifest is None:
+        return []
+    superseded, ignored = manifest.count("superseded"), manifest.count("ignored")
+    if superseded or ignored:
+        notes.append(
+            f"{MANIFEST}: {superseded} file(s) superseded by a newer one of the same student and assignment, "
+            f"{ignored} archiver file(s) ignored (each listed there)"
+        )
+    notes += [f"{MANIFEST}: {w}" for w in manifest.warnings]
+    return from_manifest(manifest)
 
 
 def _deadlines(book: Gradebook, config: GradeConfig) -> dict[str, LatePolicy]:
@@ -322,11 +377,15 @@ def _to_grade(subs: list[Submission], recorder: Recorder, config: GradeConfig) -
     return work
 
 
-def _finish(summary: Summary, book: Gradebook, start: float, out: TextIO) -> Summary:
-    """Count the gradebook's records, close it, print the summary."""
+def _finish(summary: Summary, book: Gradebook, start: float, out: TextIO, subs: set[tuple[str, str]]) -> Summary:
+    """Count the gradebook's records, list this run's submissions not graded in full (graded
+    now or before), close the gradebook, print the summary."""
     summary.seconds = time.perf_counter() - start
-    for _student, record in book.rows():
+    for student, record in book.rows():
         summary.by_assignment[record.assignment].append((record.score, record.max_score))
+        if (student, record.assignment) in subs and record.status not in ("graded", "error"):
+            reason = " ".join(record.messages[0].split())[:200] if record.messages else ""
+            summary.attention.append(f"{student}/{record.assignment}: {record.status}: {reason}")
     book.close()
     summary.peak_mb = peak_memory_mb()
     for n in summary.notes:

@@ -1,6 +1,7 @@
 """The instructor's ``course-lib`` subcommands, added to the parser of :mod:`course_lib.cli`.
 
 assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
+collect   an LMS download (Canvas, Moodle, Gradescope, folders) into SUBMISSIONS/<student>/<NN_slug>.ipynb
 grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
 check     grade one notebook locally, in the sandbox, and print the feedback
 export    write the gradebook as a CSV, a Canvas gradebook import, a wide table, or Gradescope results.json files
@@ -30,7 +31,7 @@ _SANDBOX_HELP = (
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Add the instructor's subcommands to the ``course-lib`` parser, in the order ``--help`` lists them."""
-    for add in (add_assign, add_grade, add_check, add_export, add_feedback, add_report):
+    for add in (add_assign, add_collect, add_grade, add_check, add_export, add_feedback, add_report):
         add(sub)
 
 
@@ -68,6 +69,13 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     if not changed:
         print(f"{args.out}/ is up to date")
     return 0
+
+
+def add_collect(sub: argparse._SubParsersAction) -> None:
+    """``course-lib collect``: an LMS download into the folders ``grade`` reads."""
+    from .collect_cli import add_collect as add
+
+    add(sub)
 
 
 def add_grade(sub: argparse._SubParsersAction) -> None:
@@ -203,7 +211,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     except (FileNotFoundError, SandboxUnavailable, ValueError, OSError) as err:
         print(f"course-lib grade: {err}", file=sys.stderr)
         return 2
-    return 1 if summary.failed else 0  # some submissions could not be graded (the summary says why)
+    # 1: a submission not graded in full or a file that is no submission (the summary names each)
+    return 1 if summary.needs_attention else 0
 
 
 def add_check(sub: argparse._SubParsersAction) -> None:

@@ -27,6 +27,7 @@ from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
 from .identity import identity
 from .record import Record
+from .ungraded import ungraded_rows
 from .untrusted_text import csv_cell, markdown_escape, valid_utf8
 
 __all__ = [
@@ -73,7 +74,9 @@ def export_csv(db: str | Path, out: str | Path) -> int:
     penalty), max_score, status, flags (forbidden calls, tampering, use of the reference;
     ``|``-separated), seed, raw_score (before the penalty), late_days and penalty (points; both
     empty when on time), then the points of every graded function (empty where the assignment
-    does not grade it).
+    does not grade it). Then one row per file no graded record was made of (status
+    ``unmatched`` or ``invalid``, :mod:`.ungraded`): its student and assignment where known, no
+    score, and ``origin: status: reason`` as its flags.
 
     Returns the number of rows written.
     """
@@ -114,6 +117,12 @@ def export_csv(db: str | Path, out: str | Path) -> int:
                     "" if late is None else f"{late.points:g}",
                     *(f"{points[fn]:g}" if fn in points else "" for fn in functions),
                 ]
+            )
+            n += 1
+        for stray in ungraded_rows(book):  # a file no graded record was made of: its reason as the flag
+            w.writerow(
+                [csv_cell(c) for c in (stray.student, stray.assignment, "", "", stray.status, stray.line())]
+                + [""] * (4 + len(functions))
             )
             n += 1
     return n

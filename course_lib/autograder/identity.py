@@ -14,7 +14,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable
 
-__all__ = ["identity", "unmatched_timestamps", "code_points"]
+__all__ = ["identity", "unmatched_timestamps", "code_points", "near_duplicates"]
 
 
 def identity(name: str) -> str:
@@ -58,3 +58,12 @@ def unmatched_timestamps(
             )
         notes.append(note)
     return notes
+
+
+def near_duplicates(names: Iterable[str]) -> list[tuple[str, str]]:
+    """Pairs of distinct ``names`` that are the same once accents, case, whitespace and
+    invisible characters are ignored (``zoë`` and ``zoe``, ``Bob`` and ``bob``), sorted."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(set(names)):
+        groups.setdefault(_loose(name), []).append(name)
+    return [(a, b) for group in groups.values() for i, a in enumerate(group) for b in group[i + 1 :]]

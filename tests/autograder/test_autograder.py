@@ -446,8 +446,14 @@ def graded(tmp_path_factory):
 
 def test_the_whole_batch_is_graded_once_each_and_nothing_is_left_running(graded):
     _tmp, subs, db, out, rows, _cases = graded
-    assert out.returncode == 0, out.stdout + out.stderr
+    # 1: the class has invalid files, timeouts, a review and a stray file, each named in the summary
+    assert out.returncode == 1, out.stdout + out.stderr
     assert "FAILED" not in out.stdout
+    not_full = [r for r in rows.values() if r.status not in ("graded", "error")]
+    assert f"NOT GRADED IN FULL: {len(not_full)} submission(s)" in out.stdout
+    for student, record in rows.items():
+        assert (f"  {student}/{A}: {record.status}: " in out.stdout) == (record in not_full), student
+    assert "NOT GRADED: 1 file(s) are no submission (unmatched 1):\n  honest2/notes.txt: unmatched:" in out.stdout
     assert set(rows) == {p.name for p in subs.iterdir()}
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -649,9 +655,11 @@ def test_a_record_of_the_graders_own_failure_is_regraded_on_the_next_run(tmp_pat
 def test_csv_export_neutralises_formulas_and_carries_flags_and_seed(graded, tmp_path):
     _tmp, _subs, db, _out, rows, _cases = graded
     path = tmp_path / "grades.csv"
-    assert export_csv(db, path) == len(rows)
+    assert export_csv(db, path) == len(rows) + 1  # and a row for the stray honest2/notes.txt
     with open(path, newline="", encoding="utf-8") as f:
         table = list(csv.DictReader(f))
+    stray = [r for r in table if r["status"] == "unmatched"]
+    assert [(r["student"], r["flags"].split(": ")[0]) for r in stray] == [("honest2", "honest2/notes.txt")]
     header = list(table[0])
     assert header[:7] == ["student", "assignment", "score", "max_score", "status", "flags", "seed"]
     assert set(ASSIGNMENTS[A]) <= set(header[7:])
