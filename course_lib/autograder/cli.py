@@ -284,7 +284,7 @@ def _add_gradescope_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--visibility",
         choices=("visible", "after_due_date", "after_published", "hidden"),
-        default="visible",
+        default=None,
         help="gradescope, gradescope-autograder: when students see the tests (default: visible)",
     )
     p.add_argument(
@@ -306,7 +306,7 @@ def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
     from .gradescope import BundleConfig, BundleError, build_bundle
 
     try:
-        config = BundleConfig(args.assignment, args.visibility, args.seed, args.sandbox)
+        config = BundleConfig(args.assignment, args.visibility or "visible", args.seed, args.sandbox)
         names = build_bundle(args.out, config)
     except (BundleError, OSError) as err:
         print(f"course-lib export: {err}", file=sys.stderr)
@@ -326,6 +326,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
             "course-lib export: --assignment, --seed and --sandbox go with --format gradescope-autograder",
             file=sys.stderr,
         )
+        return 2
+    if args.visibility is not None and args.format != "gradescope":
+        print("course-lib export: --visibility goes with --format gradescope or gradescope-autograder", file=sys.stderr)
         return 2
     if not _require_gradebook(args.db, "export"):
         return 2
@@ -354,7 +357,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         n = export_csv(args.db, args.out)
         print(f"wrote {n} row(s) to {args.out}")
     else:
-        n = export_gradescope(args.db, args.out, args.visibility)
+        n = export_gradescope(args.db, args.out, args.visibility or "visible")
         print(f"wrote {n} results.json file(s) under {args.out}")
     return 0
 

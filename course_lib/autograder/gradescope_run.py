@@ -36,8 +36,10 @@ from .gradescope import CONFIG_NAME, BundleConfig
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError, code_cells
 from .record import Record
 
-__all__ = ["assignment_in_name", "find_notebook", "grade_submission_folder", "main"]
+__all__ = ["assignment_in_name", "find_notebook", "grade_submission_folder", "lock_down", "main"]
 
+#: The most notebooks of one submission read to find the one to grade (the first, by name).
+MAX_NOTEBOOKS = 20
 #: Folders of a submission that hold no student work (macOS's zip metadata, Jupyter's copies).
 _SKIPPED_DIRS = {"__MACOSX", ".ipynb_checkpoints"}
 
@@ -106,7 +108,7 @@ def find_notebook(folder: Path, assignment: str | None) -> tuple[Path | None, st
     or the graded functions it defines. The path is None when no notebook is found; the
     assignment None when it cannot be told."""
     files = _files(folder)
-    notebooks = [p for p in files if p.name.lower().endswith(".ipynb")]
+    notebooks = [p for p in files if p.name.lower().endswith(".ipynb")][:MAX_NOTEBOOKS]
     if not notebooks:
         seen = f" (files seen: {', '.join(p.name for p in files[:10])})" if files else " (the submission is empty)"
         return None, assignment, f"no notebook (.ipynb file) in your submission{seen}"
@@ -215,12 +217,32 @@ def write_results(root: Path, results: dict) -> Path:
     return out / "results.json"
 
 
+def lock_down(root: Path) -> list[Path]:
+    """Make the bundle (``root/source``: the configuration with the seed, the wheel) and the
+    installed ``course_lib`` (the reference implementations) readable by root only. Where the
+    container allows no sandbox, the student's code runs as an unprivileged uid with no walls
+    (``isolation: none``) and could otherwise read them; the grader, root, still does. Done only
+    as root, and to ``course_lib`` only where it is installed (inside ``sys.prefix``), never to
+    a checkout. Returns the folders locked."""
+    if os.geteuid() != 0:
+        return []
+    package = Path(__file__).resolve().parents[1]
+    folders = [root / "source"]
+    if package.is_relative_to(Path(sys.prefix).resolve()):
+        folders.append(package)
+    for folder in folders:
+        if folder.is_dir() and not folder.is_symlink():
+            folder.chmod(0o700)
+    return folders
+
+
 def main(argv: list[str] | None = None) -> int:
     """``run_autograder``'s entry point: grade, write ``results.json``, print a summary line."""
     p = argparse.ArgumentParser(prog="python -m course_lib.autograder.gradescope_run")
     p.add_argument("--root", default=os.environ.get("AUTOGRADER_ROOT", "/autograder"))
     args = p.parse_args(argv)
     root = Path(args.root)
+    lock_down(root)
     results = grade_submission_folder(root)
     path = write_results(root, results)
     extra = results["extra_data"]

@@ -20,13 +20,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, notebook
+from conftest import HONEST_SOFTMAX, ROOT, notebook
 
 from course_lib.autograder.autograde import refused_record
 from course_lib.autograder.exports import export_gradescope, file_stem, gradescope_results
@@ -237,9 +238,21 @@ def _prepare_environment(venv: Path) -> None:
     (site / "_machine_packages.pth").write_text(str(Path(sys.prefix).resolve() / site.relative_to(venv)) + "\n")
 
 
+@pytest.fixture
+def open_tmp():
+    """A temporary folder that every user may enter, as Gradescope's ``/autograder`` (pytest's
+    ``tmp_path`` is inside a folder only its owner may enter, which would hide the files the
+    test checks are locked from the student's uid)."""
+    folder = Path(tempfile.mkdtemp(prefix="gradescope-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.slow
 @pytest.mark.sandbox
-def test_the_bundle_installs_and_grades_as_gradescope_runs_it(tmp_path):
+def test_the_bundle_installs_and_grades_as_gradescope_runs_it(open_tmp):
+    tmp_path = open_tmp
     t0 = time.monotonic()
     bundle = tmp_path / "autograder.zip"
     names = build_bundle(bundle, BundleConfig(A, "after_due_date", seed=7))
@@ -286,4 +299,46 @@ def test_the_bundle_installs_and_grades_as_gradescope_runs_it(tmp_path):
     _check_spec_shape(broken, "after_due_date")
     assert broken["score"] == 0 and broken["extra_data"]["status"] == "invalid"
     assert "not" in broken["output"].lower() and all(t["status"] == "failed" for t in broken["tests"])
+    if os.geteuid() == 0:  # as on Gradescope: the grader is root, the student's code is not
+        _snooper_reads_nothing_without_a_sandbox(root, run)
     print(f"setup {t_setup:.1f} s, total {time.monotonic() - t0:.1f} s")
+
+
+#: A cell that raises if it can read a file it names (the reference, the bundle's configuration).
+SNOOP = """
+for path in {paths!r}:
+    try:
+        open(path).read()
+    except OSError:
+        continue
+    raise RuntimeError("could read " + path)
+"""
+
+
+def _snooper_reads_nothing_without_a_sandbox(root: Path, run) -> None:
+    """A container that allows no sandbox (``isolation: none``): the student's code runs as an
+    unprivileged uid with no walls, and the reference and the bundle (its seed) are root's alone."""
+    config = root / "source" / CONFIG_NAME
+    config.write_text(json.dumps({**json.loads(config.read_text()), "sandbox": "off"}))
+    site = next((root / "venv" / "lib").glob("python3*/site-packages"))
+    paths = [str(site / "course_lib" / "softmax.py"), str(config)]
+    res = run(f"{A}.ipynb", notebook("import torch", HONEST_SOFTMAX, SNOOP.format(paths=paths)))
+    assert res["extra_data"]["isolation"] == "none"
+    assert "Error while running" not in res["output"], res["output"]
+    assert res["score"] == sum(t["max_score"] for t in res["tests"] if t["name"].startswith("softmax: ")) > 0
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_the_export_command_refuses_bad_bundle_options_before_building_anything(tmp_path, capsys):
+    from course_lib.cli import main
+
+    out = tmp_path / "autograder.zip"
+    assert main(["export", "--format", "gradescope-autograder", "--assignment", "2", "--out", str(out)]) == 2
+    assert "--assignment: expected one of 01_seq2seq_attention" in capsys.readouterr().err and not out.exists()
+    # the bundle's options mean nothing to the gradebook's exports: said, not ignored
+    assert main(["export", "--format", "csv", "--seed", "3", "--out", str(tmp_path / "g.csv")]) == 2
+    assert "--seed and --sandbox go with --format gradescope-autograder" in capsys.readouterr().err
+    assert main(["export", "--format", "wide", "--visibility", "hidden", "--out", str(tmp_path / "w.csv")]) == 2
+    assert "--visibility goes with --format gradescope or gradescope-autograder" in capsys.readouterr().err
