@@ -17,6 +17,7 @@ keep the gradebook, export it.
 - :mod:`.gradebook`: the SQLite gradebook
 - :mod:`.identity`: who a student is (folder names, roster logins, LMS ids compared alike)
 - :mod:`.exports`: CSV, Canvas, a wide table, Gradescope results and feedback reports
+- :mod:`.gradescope`: Gradescope's autograder bundle; :mod:`.gradescope_run`: what it runs there
 - :mod:`.lookalike`: look-alike submissions (winnowed fingerprints of the graded functions)
 - :mod:`.class_report`: the class report (scores, mistakes, items, look-alikes, answers)
 - :mod:`.sandbox`: running student code isolated, and the wire protocol to it (it knows no rubric)

@@ -270,12 +270,15 @@ def add_export(sub: argparse._SubParsersAction) -> None:
         help="write the gradebook as a CSV, a Canvas gradebook import, a wide table or Gradescope results.json",
         description="csv: one row per student and assignment (raw score, late days, penalty, points per "
         "function); canvas: a file for Canvas's gradebook import, one row per student of --roster; wide: one "
-        "row per student, one column per assignment; gradescope: OUT/<student>/<assignment>/results.json. "
+        "row per student, one column per assignment; gradescope: OUT/<student>/<assignment>/results.json; "
+        "gradescope-autograder: the autograder.zip to upload to Gradescope, which grades each submission there "
+        "(no gradebook needed). "
         "Students with submissions who are not in the roster are listed on stderr (exit status 0).",
     )
     p.add_argument("--db", default="gradebook.sqlite")
-    p.add_argument("--format", choices=("csv", "canvas", "wide", "gradescope"), default="csv")
-    p.add_argument("--out", required=True, help="CSV file, or folder for Gradescope results")
+    p.add_argument("--format", choices=("csv", "canvas", "wide", "gradescope", "gradescope-autograder"), default="csv")
+    p.add_argument("--out", required=True, help="CSV file, folder for Gradescope results, or autograder.zip")
+    _add_gradescope_options(p)
     p.add_argument(
         "--roster",
         default=None,
@@ -285,9 +288,57 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_export)
 
 
+def _add_gradescope_options(p: argparse.ArgumentParser) -> None:
+    """``export``'s options for Gradescope (results and the autograder bundle)."""
+    p.add_argument(
+        "--visibility",
+        choices=("visible", "after_due_date", "after_published", "hidden"),
+        default=None,
+        help="gradescope, gradescope-autograder: when students see the tests (default: visible)",
+    )
+    p.add_argument(
+        "--assignment",
+        default=None,
+        help="gradescope-autograder: the assignment the bundle grades (default: found from each notebook)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="gradescope-autograder: as course-lib grade --seed")
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        default="auto",
+        help="gradescope-autograder: " + _SANDBOX_HELP + " (default: auto)",
+    )
+
+
+def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
+    """``export --format gradescope-autograder``: Gradescope's autograder.zip."""
+    from .gradescope import BundleConfig, BundleError, build_bundle
+
+    try:
+        config = BundleConfig(args.assignment, args.visibility or "visible", args.seed, args.sandbox)
+        names = build_bundle(args.out, config)
+    except (BundleError, OSError) as err:
+        print(f"course-lib export: {err}", file=sys.stderr)
+        return 2
+    what = args.assignment or "the assignment of each notebook"
+    print(f"wrote {args.out} ({', '.join(names)}): grades {what}; upload it as the Gradescope autograder")
+    return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from .exports import RosterError, export_canvas, export_csv, export_gradescope, export_wide
 
+    if args.format == "gradescope-autograder":
+        return _cmd_gradescope_bundle(args)
+    if args.assignment is not None or args.seed is not None or args.sandbox != "auto":
+        print(
+            "course-lib export: --assignment, --seed and --sandbox go with --format gradescope-autograder",
+            file=sys.stderr,
+        )
+        return 2
+    if args.visibility is not None and args.format != "gradescope":
+        print("course-lib export: --visibility goes with --format gradescope or gradescope-autograder", file=sys.stderr)
+        return 2
     if not _require_gradebook(args.db, "export"):
         return 2
     if args.format == "canvas" and not args.roster:
@@ -315,7 +366,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         n = export_csv(args.db, args.out)
         print(f"wrote {n} row(s) to {args.out}")
     else:
-        n = export_gradescope(args.db, args.out)
+        n = export_gradescope(args.db, args.out, args.visibility or "visible")
         print(f"wrote {n} results.json file(s) under {args.out}")
     return 0
 

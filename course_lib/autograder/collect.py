@@ -122,8 +122,12 @@ def assignment_from_name(file_name: str) -> str:
     ``02_self_attention-Copy1.ipynb`` and ``02 Self Attention.ipynb`` are ``02_self_attention``."""
     stem = file_name[: -len(".ipynb")] if file_name.lower().endswith(".ipynb") else file_name.rsplit(".", 1)[0]
     stem = _SUFFIX.sub("", _COPY.sub("", identity(stem)))
-    slug = re.sub(r"[\s-]+", "_", stem.strip()).lower()
-    return slug if slug in ASSIGNMENTS else ""
+    key = re.sub(r"[\s.-]+", "_", stem.strip()).lower()
+    if key in ASSIGNMENTS:
+        return key
+    # a prefix no layout took off (``smith_john_12345_67890_05_layer_norm``): one assignment's end
+    found = [slug for slug in ASSIGNMENTS if key.endswith("_" + slug)]
+    return found[0] if len(found) == 1 else ""
 
 
 def stamped_assignment(data: bytes) -> str:

@@ -35,6 +35,8 @@ __all__ = [
     "export_canvas",
     "export_wide",
     "export_gradescope",
+    "gradescope_results",
+    "GRADESCOPE_VISIBILITY",
     "write_feedback",
     "file_stem",
     "read_roster",
@@ -249,14 +251,42 @@ def export_wide(db: str | Path, out: str | Path, roster: str | Path | None = Non
     return len(logins), sorted(s for s in table if s not in known)
 
 
-def gradescope_results(rec: Record) -> dict:
-    """One submission in Gradescope's autograder results format."""
+#: Gradescope's visibility settings (its autograder specification), for tests and results.
+GRADESCOPE_VISIBILITY = ("visible", "after_due_date", "after_published", "hidden")
+
+
+def gradescope_results(rec: Record, visibility: str = "visible") -> dict:
+    """One submission in Gradescope's autograder results format (``results.json``).
+
+    Every test has a ``status``: ``passed`` or ``failed`` (the only two Gradescope knows). A test
+    that passed but whose points are withheld until the function's value tests pass is
+    ``passed`` with a score of 0 and says so in its output (without a status Gradescope would
+    show it as failed). Every text is shown as plain text (``output_format`` ``text``), so
+    nothing a student wrote is rendered as HTML.
+
+    Args:
+        rec: the record.
+        visibility: of the results and of every test, one of :data:`GRADESCOPE_VISIBILITY`.
+
+    Raises:
+        ValueError: an unknown ``visibility``.
+    """
+    if visibility not in GRADESCOPE_VISIBILITY:
+        raise ValueError(
+            f"gradescope: visibility must be one of {', '.join(GRADESCOPE_VISIBILITY)}, got {visibility!r}"
+        )
     tests = []
     for fr in rec.functions:
         said: dict[str, str] = {}  # each likely mistake in full once, on the first test it explains
         errors = {tests[0]: (error, tests) for error, tests in errors_of(fr["results"])}
         for r in fr["results"]:
-            lines = [r["feedback"]] if r["feedback"] else ["passed"]
+            withheld = bool(r.get("withheld"))
+            if withheld:
+                lines = [f"Passed, points withheld: {r['feedback'].removeprefix('this test passes, but ')}"]
+            else:
+                lines = [r["feedback"] or ("passed" if r["passed"] else "failed")]
+            if r is fr["results"][0]:  # the function's notes (a forbidden call, a missing def) once
+                lines += [f"Note: {note}" for note in fr.get("notes", ())]
             lines += _error_said_once(r, errors)
             for message in r.get("diagnoses") or ([r["diagnosis"]] if r["diagnosis"] else []):
                 if message in said:
@@ -271,8 +301,9 @@ def gradescope_results(rec: Record) -> dict:
                     "name": f"{fr['function']}: {r['checks']}",
                     "score": r["points"],
                     "max_score": r["max_points"],
+                    "status": "passed" if r["passed"] or withheld else "failed",
                     "output": "\n".join(lines),
-                    "visibility": "visible",
+                    "visibility": visibility,
                 }
             )
     late = late_line(rec)
@@ -280,8 +311,18 @@ def gradescope_results(rec: Record) -> dict:
     return {
         "score": rec.score,
         "output": output or f"{rec.assignment}: {rec.score:g}/{rec.max_score:g}",
-        "visibility": "visible",
+        "output_format": "text",
+        "test_output_format": "text",
+        "test_name_format": "text",
+        "visibility": visibility,
         "stdout_visibility": "hidden",
+        "extra_data": {
+            "assignment": rec.assignment,
+            "status": rec.status,
+            "seed": rec.seed,
+            "flags": list(rec.flags),
+            "isolation": rec.isolation,
+        },
         "tests": tests,
     }
 
@@ -299,14 +340,19 @@ def _error_said_once(r: dict, errors: dict[str, tuple[str, list[str]]]) -> list[
     return [f"Error: the one shown in test '{first}'"]
 
 
-def export_gradescope(db: str | Path, out: str | Path) -> int:
-    """``OUT/<student file stem>/<assignment>/results.json`` per submission; returns how many."""
+def export_gradescope(db: str | Path, out: str | Path, visibility: str = "visible") -> int:
+    """``OUT/<student file stem>/<assignment>/results.json`` per submission (tests and results
+    shown as ``visibility``, :func:`gradescope_results`); returns how many."""
+    if visibility not in GRADESCOPE_VISIBILITY:
+        raise ValueError(f"export: --visibility must be one of {', '.join(GRADESCOPE_VISIBILITY)}, got {visibility!r}")
     n = 0
     with Gradebook(db) as book:
         for student, rec in book.rows():
             path = Path(out) / file_stem(student) / rec.assignment / "results.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(gradescope_results(rec), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            path.write_text(
+                json.dumps(gradescope_results(rec, visibility), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
             n += 1
     return n
 
