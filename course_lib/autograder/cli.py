@@ -6,6 +6,7 @@ check     grade one notebook locally, in the sandbox, and print the feedback
 export    write the gradebook as a CSV, a Canvas gradebook import, a wide table, or Gradescope results.json files
 feedback  write a feedback report per student (Markdown or HTML)
 report    the class report: scores, mistakes, items, look-alike submissions, answers (HTML site or Markdown)
+history, override, resolve: a submission's history and the instructor's changes (:mod:`.cli_history`)
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ _SANDBOX_HELP = (
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Add the instructor's subcommands to the ``course-lib`` parser, in the order ``--help`` lists them."""
+    from .cli_history import add_history, add_override, add_resolve
+
     for add in (add_assign, add_grade, add_check, add_export, add_feedback, add_report):
+        add(sub)
+    for add in (add_history, add_override, add_resolve):
         add(sub)
 
 
@@ -273,11 +278,26 @@ def add_export(sub: argparse._SubParsersAction) -> None:
         help="canvas (required) or wide (optional): a Canvas gradebook export, or any CSV with a 'SIS Login "
         "ID', 'login' or 'student' column; students are matched by that login",
     )
+    p.add_argument(
+        "--map",
+        action="append",
+        metavar='ASSIGNMENT="TITLE (ID)"',
+        help="canvas: the roster's column for an assignment (its whole title, its id or its title; repeatable); "
+        "unmapped assignments go to the column titled like them, and one without is an error",
+    )
+    p.add_argument(
+        "--missing",
+        choices=("blank", "zero"),
+        default="blank",
+        help="canvas: a roster student without a submission gets an empty cell (Canvas keeps its grade) or 0",
+    )
+    p.add_argument("--scale", action="store_true", help="canvas: rescale scores to Canvas's Points Possible")
     p.set_defaults(func=_cmd_export)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .exports import RosterError, export_canvas, export_csv, export_gradescope, export_wide
+    from .canvas import export_canvas, parse_maps
+    from .exports import export_csv, export_gradescope, export_wide
 
     if not _require_gradebook(args.db, "export"):
         return 2
@@ -287,13 +307,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.roster and args.format not in ("canvas", "wide"):
         print("course-lib export: --roster goes with --format canvas or wide", file=sys.stderr)
         return 2
+    if args.format != "canvas" and (args.map or args.scale or args.missing != "blank"):
+        print("course-lib export: --map, --missing and --scale go with --format canvas", file=sys.stderr)
+        return 2
     if args.format in ("canvas", "wide"):
         try:
             if args.format == "canvas":
-                n, unknown = export_canvas(args.db, args.out, args.roster)
+                done = export_canvas(args.db, args.out, args.roster, parse_maps(args.map), args.missing, args.scale)
+                n, unknown = done.rows, done.not_in_roster
+                for warning in done.warnings:
+                    print(f"warning: {warning}", file=sys.stderr)
             else:
                 n, unknown = export_wide(args.db, args.out, args.roster)
-        except (RosterError, OSError) as err:
+        except (ValueError, OSError) as err:  # RosterError is a ValueError
             print(f"course-lib export: {err}", file=sys.stderr)
             return 2
         print(f"wrote {n} student row(s) to {args.out}")
