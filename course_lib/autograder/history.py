@@ -167,10 +167,11 @@ def current_adjustments(conn: sqlite3.Connection, student: str | None = None) ->
     """The adjustment that counts for each (student, assignment) that has one: the newest
     ``override``/``accepted``/``rejected`` event since the notebook was first graded (its
     ``resubmitted`` or first ``graded`` event), unless a ``cleared`` came after it."""
-    where, args = ("WHERE student = ?", (student,)) if student is not None else ("", ())
+    where = "kind != 'regraded'" + ("" if student is None else " AND student = ?")
+    args = () if student is None else (student,)
     current: dict[tuple[str, str], Adjustment] = {}
     rows = conn.execute(
-        f"SELECT student, assignment, kind, score, reason, by, at, sha256 FROM events {where} ORDER BY id", args
+        f"SELECT student, assignment, kind, score, reason, by, at, sha256 FROM events WHERE {where} ORDER BY id", args
     )
     for s, a, kind, score, reason, by, at, sha in rows:
         if kind in ("graded", "resubmitted", "cleared"):
