@@ -265,7 +265,8 @@ def add_export(sub: argparse._SubParsersAction) -> None:
         "export",
         help="write the gradebook as a CSV, a Canvas gradebook import, a wide table or Gradescope results.json",
         description="csv: one row per student and assignment (raw score, late days, penalty, points per "
-        "function); canvas: a file for Canvas's gradebook import, one row per student of --roster; wide: one "
+        "function); canvas: a file for Canvas's gradebook import, one row per student of --roster, each notebook in one of the "
+        "roster's own assignment columns (--map), never a new one; wide: one "
         "row per student, one column per assignment; gradescope: OUT/<student>/<assignment>/results.json. "
         "Students with submissions who are not in the roster are listed on stderr (exit status 0).",
     )
@@ -275,8 +276,8 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--roster",
         default=None,
-        help="canvas (required) or wide (optional): a Canvas gradebook export, or any CSV with a 'SIS Login "
-        "ID', 'login' or 'student' column; students are matched by that login",
+        help="canvas (required): your Canvas gradebook export (Grades > Export); wide (optional): that or any CSV "
+        "with a 'SIS Login ID', 'login' or 'student' column; students are matched by that login",
     )
     p.add_argument(
         "--map",
