@@ -250,7 +250,12 @@ class Recorder:
         """Store a record; if that fails, store the failure; count either way."""
         record = self.stamp(sub, record)
         try:
-            self.book.save(sub.student, record, self.checker, seconds)
+            dropped = self.book.save(sub.student, record, self.checker, seconds)
+            if dropped is not None:
+                self.summary.notes.append(
+                    f"{sub.student}/{sub.assignment}: a new notebook; the {dropped.flag()} made to the "
+                    "previous one no longer counts (course-lib history)"
+                )
         except Exception as e:  # noqa: BLE001 - a record the gradebook refuses must not stop the batch
             record = failed_record(sub.assignment, f"the record could not be saved: {failure_reason(e)}", record.sha256)
             try:

@@ -7,6 +7,7 @@ check     grade one notebook locally, in the sandbox, and print the feedback
 export    write the gradebook as a CSV, a Canvas gradebook import, a wide table, or Gradescope results.json files
 feedback  write a feedback report per student (Markdown or HTML)
 report    the class report: scores, mistakes, items, look-alike submissions, answers (HTML site or Markdown)
+history, override, resolve: a submission's history and the instructor's changes (:mod:`.cli_history`)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..grading.run import CALL_TIME_LIMIT
+from .cli_history import add_history, add_override, add_resolve, require_gradebook
 
 if TYPE_CHECKING:
     from .deadlines import LatePolicy
@@ -33,14 +35,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Add the instructor's subcommands to the ``course-lib`` parser, in the order ``--help`` lists them."""
     for add in (add_assign, add_collect, add_grade, add_check, add_export, add_feedback, add_report):
         add(sub)
-
-
-def _require_gradebook(db: str, verb: str) -> bool:
-    """Whether the gradebook file ``db`` exists; if not, say so on stderr for ``course-lib <verb>``."""
-    if Path(db).is_file():
-        return True
-    print(f"course-lib {verb}: no gradebook at {db}", file=sys.stderr)
-    return False
+    for add in (add_history, add_override, add_resolve):
+        add(sub)
 
 
 def add_assign(sub: argparse._SubParsersAction) -> None:
@@ -269,7 +265,8 @@ def add_export(sub: argparse._SubParsersAction) -> None:
         "export",
         help="write the gradebook as a CSV, a Canvas gradebook import, a wide table or Gradescope results.json",
         description="csv: one row per student and assignment (raw score, late days, penalty, points per "
-        "function); canvas: a file for Canvas's gradebook import, one row per student of --roster; wide: one "
+        "function); canvas: a file for Canvas's gradebook import, one row per student of --roster, each notebook in "
+        "one of the roster's own assignment columns (--map), never a new one; wide: one "
         "row per student, one column per assignment; gradescope: OUT/<student>/<assignment>/results.json; "
         "gradescope-autograder: the autograder.zip to upload to Gradescope, which grades each submission there "
         "(no gradebook needed). "
@@ -282,9 +279,23 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--roster",
         default=None,
-        help="canvas (required) or wide (optional): a Canvas gradebook export, or any CSV with a 'SIS Login "
-        "ID', 'login' or 'student' column; students are matched by that login",
+        help="canvas (required): your Canvas gradebook export (Grades > Export); wide (optional): that or any CSV "
+        "with a 'SIS Login ID', 'login' or 'student' column; students are matched by that login",
     )
+    p.add_argument(
+        "--map",
+        action="append",
+        metavar='ASSIGNMENT="TITLE (ID)"',
+        help="canvas: the roster's column for an assignment (its whole title, its id or its title; repeatable); "
+        "unmapped assignments go to the column titled like them, and one without is an error",
+    )
+    p.add_argument(
+        "--missing",
+        choices=("blank", "zero"),
+        default="blank",
+        help="canvas: a roster student without a submission gets an empty cell (Canvas keeps its grade) or 0",
+    )
+    p.add_argument("--scale", action="store_true", help="canvas: rescale scores to Canvas's Points Possible")
     p.set_defaults(func=_cmd_export)
 
 
@@ -326,7 +337,8 @@ def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .exports import RosterError, export_canvas, export_csv, export_gradescope, export_wide
+    from .canvas import export_canvas, parse_maps
+    from .exports import export_csv, export_gradescope, export_wide
 
     if args.format == "gradescope-autograder":
         return _cmd_gradescope_bundle(args)
@@ -339,7 +351,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.visibility is not None and args.format != "gradescope":
         print("course-lib export: --visibility goes with --format gradescope or gradescope-autograder", file=sys.stderr)
         return 2
-    if not _require_gradebook(args.db, "export"):
+    if not require_gradebook(args.db, "export"):
         return 2
     if args.format == "canvas" and not args.roster:
         print("course-lib export: --format canvas needs --roster (a Canvas gradebook export)", file=sys.stderr)
@@ -347,13 +359,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.roster and args.format not in ("canvas", "wide"):
         print("course-lib export: --roster goes with --format canvas or wide", file=sys.stderr)
         return 2
+    if args.format != "canvas" and (args.map or args.scale or args.missing != "blank"):
+        print("course-lib export: --map, --missing and --scale go with --format canvas", file=sys.stderr)
+        return 2
     if args.format in ("canvas", "wide"):
         try:
             if args.format == "canvas":
-                n, unknown = export_canvas(args.db, args.out, args.roster)
+                done = export_canvas(args.db, args.out, args.roster, parse_maps(args.map), args.missing, args.scale)
+                n, unknown = done.rows, done.not_in_roster
+                for warning in done.warnings:
+                    print(f"warning: {warning}", file=sys.stderr)
             else:
                 n, unknown = export_wide(args.db, args.out, args.roster)
-        except (RosterError, OSError) as err:
+        except (ValueError, OSError) as err:  # RosterError is a ValueError
             print(f"course-lib export: {err}", file=sys.stderr)
             return 2
         print(f"wrote {n} student row(s) to {args.out}")
@@ -383,7 +401,7 @@ def add_feedback(sub: argparse._SubParsersAction) -> None:
 def _cmd_feedback(args: argparse.Namespace) -> int:
     from .exports import write_feedback
 
-    if not _require_gradebook(args.db, "feedback"):
+    if not require_gradebook(args.db, "feedback"):
         return 2
     n = write_feedback(args.db, args.out, fmt=args.format)
     print(f"wrote {n} feedback report(s) to {args.out}")

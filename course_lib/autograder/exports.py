@@ -1,5 +1,10 @@
-"""Out of the gradebook: a CSV, a Canvas gradebook import, a wide table, Gradescope
-``results.json`` files, feedback reports.
+"""Out of the gradebook: a CSV, a wide table, Gradescope ``results.json`` files, feedback
+reports (the Canvas gradebook import: :mod:`.canvas`).
+
+Every export reads the score that counts (:attr:`.record.Record.score`: an instructor's
+override or review resolution where there is one); the CSV's ``flags`` and the feedback say
+so. The wide table and Canvas's file carry scores only: an LMS's importer would take any
+other column for an assignment.
 
 A late submission's record keeps its raw score, the penalty and the final score (``score``);
 the CSV, Gradescope's output text and the feedback show all three, Canvas and the wide table
@@ -32,7 +37,6 @@ from .untrusted_text import csv_cell, markdown_escape, valid_utf8
 
 __all__ = [
     "export_csv",
-    "export_canvas",
     "export_wide",
     "export_gradescope",
     "gradescope_results",
@@ -42,6 +46,8 @@ __all__ = [
     "read_roster",
     "RosterError",
     "late_line",
+    "adjustment_line",
+    "gradebook_table",
 ]
 
 #: The identity columns of a Canvas gradebook export, in its order.
@@ -71,10 +77,21 @@ def late_line(rec: Record) -> str | None:
     )
 
 
+def adjustment_line(rec: Record) -> str | None:
+    """An override's or a resolution's sentence for the student (None without one)."""
+    adj = rec.adjustment
+    if adj is None:
+        return None
+    what = {"override": "Score set by your instructor", "accepted": "Accepted after review"}
+    head = what.get(adj.kind, "Rejected after review")
+    why = f": {adj.reason}" if adj.reason else ""
+    return f"{head}{why}. Score {adj.points:g} / {rec.max_score:g} (the grading gave {rec.graded_score:g})."
+
+
 def export_csv(db: str | Path, out: str | Path) -> int:
-    """One row per student and assignment: student, assignment, score (final, after any late
-    penalty), max_score, status, flags (forbidden calls, tampering, use of the reference;
-    ``|``-separated), seed, raw_score (before the penalty), late_days and penalty (points; both
+    """One row per student and assignment: student, assignment, score (the one that counts: an
+    override's or resolution's, else the final score after any late penalty), max_score, status, flags (forbidden calls, tampering, use of the reference, an
+    instructor's override or review resolution; ``|``-separated), seed, raw_score (before the penalty), late_days and penalty (points; both
     empty when on time), then the points of every graded function (empty where the assignment
     does not grade it). Then one row per file no graded record was made of (status
     ``unmatched`` or ``invalid``, :mod:`.ungraded`): its student and assignment where known, no
@@ -112,7 +129,7 @@ def export_csv(db: str | Path, out: str | Path) -> int:
                     f"{rec.score:g}",
                     f"{rec.max_score:g}",
                     csv_cell(rec.status),
-                    csv_cell(" | ".join(rec.flags)),
+                    csv_cell(" | ".join(rec.all_flags)),
                     "" if rec.seed is None else str(rec.seed),
                     f"{rec.raw_score:g}",
                     "" if late is None else str(late.days),
@@ -163,22 +180,7 @@ def read_roster(path: str | Path) -> tuple[list[str], str, list[dict[str, str]]]
     return header, key, students
 
 
-def _norm(title: str) -> str:
-    return re.sub(r"[\s_-]+", "_", title.strip().lower())
-
-
-def _assignment_title(slug: str, header: list[str]) -> str:
-    """Canvas's column for ``slug``: the roster's ``TITLE (ID)`` column whose title is the slug
-    (case, spaces and underscores aside), so Canvas updates that assignment; else the slug
-    (Canvas then creates an assignment of that name)."""
-    for column in header:
-        m = re.fullmatch(r"(.*\S)\s*\((\d+)\)", column.strip())
-        if m and _norm(m.group(1)) == _norm(slug):
-            return column
-    return slug
-
-
-def _gradebook_table(db: str | Path) -> tuple[dict[str, dict[str, Record]], dict[str, float]]:
+def gradebook_table(db: str | Path) -> tuple[dict[str, dict[str, Record]], dict[str, float]]:
     """Records per student and assignment, and each graded assignment's points (registry order)."""
     table: dict[str, dict[str, Record]] = {}
     points: dict[str, float] = {}
@@ -194,38 +196,6 @@ def _score(rec: Record | None) -> str:
     return "" if rec is None else f"{rec.score:g}"
 
 
-def export_canvas(db: str | Path, out: str | Path, roster: str | Path) -> tuple[int, list[str]]:
-    """A CSV for Canvas's gradebook import: the columns of a Canvas gradebook export
-    (:data:`CANVAS_IDENTITY`, then one column per assignment, titled ``NAME (ID)`` where the
-    roster has that column), Canvas's ``Points Possible`` row, then one row per roster student
-    with their final scores (empty where they have no submission).
-
-    Returns the number of student rows, and the students with submissions who are not in the
-    roster (sorted; nothing of theirs is written).
-    """
-    header, key, students = read_roster(roster)
-    table, points = _gradebook_table(db)
-    titles = [_assignment_title(a, header) for a in points]
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow([csv_cell(c) for c in (*CANVAS_IDENTITY, *titles)])
-        w.writerow([csv_cell(c) for c in (POINTS_POSSIBLE, "", "", "", "", *(f"{p:g}" for p in points.values()))])
-        for row in students:
-            login = row[key]
-            identity = [
-                row.get("Student") or login,
-                row.get("ID", ""),
-                row.get("SIS User ID", ""),
-                row.get("SIS Login ID") or login,
-                row.get("Section", ""),
-            ]
-            recs = table.get(login, {})
-            w.writerow([csv_cell(c) for c in (*identity, *(_score(recs.get(a)) for a in points))])
-    known = {row[key] for row in students}
-    return len(students), sorted(s for s in table if s not in known)
-
-
 def export_wide(db: str | Path, out: str | Path, roster: str | Path | None = None) -> tuple[int, list[str]]:
     """One row per student, one column per assignment: the final score (after any late
     penalty). The header carries each assignment's points: ``student``, then
@@ -234,7 +204,7 @@ def export_wide(db: str | Path, out: str | Path, roster: str | Path | None = Non
 
     Returns the number of student rows and the students with submissions not in the roster.
     """
-    table, points = _gradebook_table(db)
+    table, points = gradebook_table(db)
     if roster is not None:
         _, key, students = read_roster(roster)
         logins = [row[key] for row in students]
@@ -364,9 +334,9 @@ def feedback_markdown(student: str, recs: list[Record]) -> str:
     lines = [f"# Feedback for {e(student)}", ""]
     for rec in recs:
         lines += [f"## {e(rec.assignment)}: {rec.score:g} / {rec.max_score:g} points", ""]
-        late = late_line(rec)
-        if late:
-            lines += [f"**{e(late)}**", ""]
+        for line in (late_line(rec), adjustment_line(rec)):
+            if line:
+                lines += [f"**{e(line)}**", ""]
         for m in rec.messages:
             lines.append(f"> {e(m)}")
         if rec.messages:
@@ -398,9 +368,9 @@ def feedback_html(student: str, recs: list[Record]) -> str:
     body = [f"<h1>Feedback for {h(valid_utf8(student))}</h1>"]
     for rec in recs:
         body.append(f"<h2>{h(rec.assignment)}: {rec.score:g} / {rec.max_score:g} points</h2>")
-        late = late_line(rec)
-        if late:
-            body.append(f"<p><b>{h(late)}</b></p>")
+        for line in (late_line(rec), adjustment_line(rec)):
+            if line:
+                body.append(f"<p><b>{h(line)}</b></p>")
         body += [f"<blockquote>{h(m)}</blockquote>" for m in rec.messages]
         for fr in rec.functions:
             body.append(f"<h3><code>{h(fr['function'])}</code>: {fr['score']:g} / {fr['max_score']:g}</h3>")

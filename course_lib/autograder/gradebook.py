@@ -2,7 +2,9 @@
 
 WAL journal mode, so a grader killed at any moment (SIGKILL included) leaves every
 committed row intact and no half-written one; the primary key makes a second grading of
-the same submission replace the first instead of adding a duplicate.
+the same submission replace the first instead of adding a duplicate. Every grading is also
+appended to the ``events`` table, with the overrides and review resolutions that adjust its
+score (:mod:`.history`): the records read back carry the adjustment that counts.
 """
 
 from __future__ import annotations
@@ -11,9 +13,21 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .history import (
+    ADJUSTING,
+    Adjustment,
+    Event,
+    EventKind,
+    current_adjustments,
+    events,
+    migrate,
+    os_user,
+    record_event,
+)
 from .record import Record
 from .untrusted_text import valid_utf8
 
@@ -50,6 +64,7 @@ class Gradebook:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute(_SCHEMA)
         self.conn.execute(_DEADLINES)
+        migrate(self.conn)
 
     def close(self) -> None:
         self.conn.close()
@@ -68,24 +83,37 @@ class Gradebook:
         ).fetchone()
         return row is not None and row[0] == sha256 and row[1] == checker and row[2] != "error"
 
-    def save(self, student: str, record: Record, checker: str, seconds: float) -> None:
-        """Store one graded submission, replacing an earlier grading, in one transaction. The
-        student id is made valid UTF-8 first, as the record's strings were when it was made (a
-        lone surrogate would make SQLite refuse the row)."""
+    def save(
+        self, student: str, record: Record, checker: str, seconds: float, by: str | None = None
+    ) -> Adjustment | None:
+        """Store one graded submission, replacing an earlier grading, and append it to the
+        history (``graded``, ``regraded`` for the same notebook, ``resubmitted`` for a new
+        one; ``by`` defaults to the OS user), in one transaction. The student id is made valid
+        UTF-8 first, as the record's strings were when it was made (a lone surrogate would make
+        SQLite refuse the row).
+
+        Returns:
+            The adjustment made to the previous notebook that this new one drops (None when
+            nothing was dropped).
+        """
+        student = valid_utf8(student)
+        record = replace(record, adjustment=None)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         values = (
-            valid_utf8(student),
+            student,
             record.assignment,
             record.sha256,
             checker,
             record.status,
-            record.score,
+            record.graded_score,
             record.max_score,
             _json(record),
             seconds,
-            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            at,
         )
         self.conn.execute("BEGIN IMMEDIATE")
         try:
+            kind, reason, dropped = self._grading_kind(student, record)
             self.conn.execute(
                 "INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (student, assignment) DO UPDATE SET sha256 = excluded.sha256, "
@@ -94,6 +122,19 @@ class Gradebook:
                 "graded_at = excluded.graded_at",
                 values,
             )
+            record_event(
+                self.conn,
+                student,
+                record.assignment,
+                kind,
+                by=by or os_user(),
+                sha256=record.sha256,
+                status=record.status,
+                score=record.graded_score,
+                max_score=record.max_score,
+                reason=reason,
+                record=record.to_json(),
+            )
             self.conn.execute("COMMIT")
         except BaseException:
             # an interrupt (SIGTERM, Ctrl-C) can land just after COMMIT: nothing to roll back, and
@@ -101,20 +142,70 @@ class Gradebook:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
             raise
+        return dropped
+
+    def _grading_kind(self, student: str, record: Record) -> tuple[EventKind, str, Adjustment | None]:
+        """A new grading's history kind, what it does to the adjustment that counted, and the
+        adjustment it drops (a new notebook's)."""
+        row = self.conn.execute(
+            "SELECT sha256 FROM results WHERE student = ? AND assignment = ?", (student, record.assignment)
+        ).fetchone()
+        if row is None:
+            return "graded", "", None
+        adjustment = current_adjustments(self.conn, student).get((student, record.assignment))
+        if row[0] == record.sha256:
+            kept = f"same notebook; still counts: {adjustment.flag()}" if adjustment else "same notebook"
+            return "regraded", kept, None
+        if adjustment is None:
+            return "resubmitted", "a new notebook", None
+        dropped = f"a new notebook; made to the previous one, no longer counts: {adjustment.flag()}"
+        return "resubmitted", dropped, adjustment
+
+    def adjust(self, student: str, record: Record, kind: EventKind, points: float, reason: str, by: str) -> None:
+        """Append an adjustment (``override``, ``accepted``, ``rejected``, ``cleared``) of
+        ``record``, the stored grading of ``student`` (validated by the caller)."""
+        if kind not in ADJUSTING:
+            raise ValueError(f"adjust: kind must be one of {', '.join(ADJUSTING)}, got {kind!r}")
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            record_event(
+                self.conn,
+                valid_utf8(student),
+                record.assignment,
+                kind,
+                by=by,
+                sha256=record.sha256,
+                status=record.status,
+                score=points,
+                max_score=record.max_score,
+                reason=reason,
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+    def history(self, student: str, assignment: str | None = None) -> list[Event]:
+        """A student's history (of one assignment, or all), oldest first per assignment."""
+        return events(self.conn, valid_utf8(student), assignment)
 
     def record(self, student: str, assignment: str) -> Record | None:
         """The stored record of one submission, or None."""
         row = self.conn.execute(
             "SELECT record FROM results WHERE student = ? AND assignment = ?", (valid_utf8(student), assignment)
         ).fetchone()
-        return None if row is None else Record.from_json(json.loads(row[0]))
+        if row is None:
+            return None
+        adjustment = current_adjustments(self.conn, valid_utf8(student)).get((valid_utf8(student), assignment))
+        return replace(Record.from_json(json.loads(row[0])), adjustment=adjustment)
 
     def update_record(self, student: str, record: Record) -> None:
         """Replace a stored record's score and record (a new late penalty) and nothing else: the
         notebook's hash, the checker version and the grading time stay those of its grading."""
         self.conn.execute(
             "UPDATE results SET score = ?, record = ? WHERE student = ? AND assignment = ?",
-            (record.score, _json(record), valid_utf8(student), record.assignment),
+            (record.graded_score, _json(record), valid_utf8(student), record.assignment),
         )
 
     def set_deadline(self, assignment: str, policy: dict[str, Any] | None) -> None:
@@ -132,9 +223,15 @@ class Gradebook:
         return {a: json.loads(p) for a, p in self.conn.execute("SELECT assignment, policy FROM deadlines")}
 
     def rows(self) -> Iterator[tuple[str, Record]]:
-        """Every graded submission as (student, record), sorted by student and assignment."""
-        for student, record in self.conn.execute("SELECT student, record FROM results ORDER BY student, assignment"):
-            yield student, Record.from_json(json.loads(record))
+        """Every graded submission as (student, record), sorted by student and assignment, each
+        record with the adjustment that counts (an override, a resolved review) if any."""
+        adjustments = current_adjustments(self.conn)
+        rows = self.conn.execute("SELECT student, assignment, record FROM results ORDER BY student, assignment")
+        for student, assignment, record in rows.fetchall():
+            yield (
+                student,
+                replace(Record.from_json(json.loads(record)), adjustment=adjustments.get((student, assignment))),
+            )
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])

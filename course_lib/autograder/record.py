@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
+from .history import Adjustment
+
 __all__ = ["Late", "Record", "RecordStatus", "STATUSES", "LEGACY_KEYS", "STAMP_KEYS"]
 
 #: What a record's ``status`` can be: the notebook was graded, refused as not a notebook,
@@ -94,6 +96,9 @@ class Record:
         late: the late penalty, None when on time.
         absent: the keys of :data:`LEGACY_KEYS` and :data:`STAMP_KEYS` the stored JSON lacks
             (an older gradebook's record, or one not stamped yet); :meth:`to_json` leaves them out.
+        adjustment: the instructor's override or review resolution that counts, as the
+            gradebook reads it back from the history (:mod:`.history`); never stored in the
+            record's JSON.
     """
 
     assignment: str
@@ -112,11 +117,22 @@ class Record:
     submitted_at: str | None = None
     late: Late | None = None
     absent: frozenset[str] = STAMP_KEYS
+    adjustment: Adjustment | None = None
+
+    @property
+    def graded_score(self) -> float:
+        """The grading's score: the raw score less any late penalty."""
+        return self.raw_score if self.late is None else self.raw_score - self.late.points
 
     @property
     def score(self) -> float:
-        """The final score: the raw score less any late penalty."""
-        return self.raw_score if self.late is None else self.raw_score - self.late.points
+        """The score that counts: an instructor's adjustment's points, else :attr:`graded_score`."""
+        return self.graded_score if self.adjustment is None else self.adjustment.points
+
+    @property
+    def all_flags(self) -> tuple[str, ...]:
+        """The grading's flags, then the adjustment's (``override: 30 points (reason)``)."""
+        return self.flags if self.adjustment is None else (*self.flags, self.adjustment.flag())
 
     @property
     def stamped(self) -> bool:
@@ -133,7 +149,7 @@ class Record:
             "assignment": self.assignment,
             "sha256": self.sha256,
             "status": self.status,
-            "score": self.score,
+            "score": self.graded_score,
             "max_score": self.max_score,
             "messages": list(self.messages),
             "functions": list(self.functions),

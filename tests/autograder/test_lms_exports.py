@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -53,15 +54,17 @@ def book(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def roster(tmp_path: Path) -> Path:
-    """A Canvas gradebook export: its header, its Points Possible row, a test student."""
+    """A Canvas gradebook export: its header (A titled like the notebook, B not), its Points
+    Possible row, a test student."""
     path = tmp_path / "roster.csv"
     path.write_text(
-        "Student,ID,SIS User ID,SIS Login ID,Section,02 Self Attention (4242),Current Score\n"
-        "    Points Possible,,,,,34,(read only)\n"
-        '"Doe, Ann",101,S101,ann,Section A,,\n'
-        '"Roe, Bob",102,S102,bob,Section B,,\n'
-        '"=HYPERLINK(""http://x"")",103,S103,=evil,Section B,,\n'
-        '"Student, Test",999,,,,,\n',
+        "Student,ID,SIS User ID,SIS Login ID,Section,02 Self Attention (4242),Multi-Head Exercises (4243),"
+        "Current Score\n"
+        "    Points Possible,,,,,34,39,(read only)\n"
+        '"Doe, Ann",101,S101,ann,Section A,,,\n'
+        '"Roe, Bob",102,S102,bob,Section B,,,\n'
+        '"=HYPERLINK(""http://x"")",103,S103,=evil,Section B,,,\n'
+        '"Student, Test",999,,,,,,\n',
         encoding="utf-8",
     )
     return path
@@ -69,10 +72,19 @@ def roster(tmp_path: Path) -> Path:
 
 def test_canvas_export_has_canvas_columns_points_possible_and_scores_by_login(book, roster, tmp_path, capsys):
     out = tmp_path / "canvas.csv"
-    assert main(["export", "--db", str(book), "--format", "canvas", "--roster", str(roster), "--out", str(out)]) == 0
+    args = ["export", "--db", str(book), "--format", "canvas", "--roster", str(roster), "--out", str(out)]
+    assert main([*args, "--map", f"{B}=Multi-Head Exercises (4243)"]) == 0
     table = rows(out)
-    # Canvas's identity columns; A keeps the roster's title and id, B (not in Canvas) is new
-    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "02 Self Attention (4242)", B]
+    # Canvas's identity columns; A found by its title, B by the map: both the roster's own columns
+    assert table[0] == [
+        "Student",
+        "ID",
+        "SIS User ID",
+        "SIS Login ID",
+        "Section",
+        "02 Self Attention (4242)",
+        "Multi-Head Exercises (4243)",
+    ]
     assert table[1] == ["    Points Possible", "", "", "", "", "34", "39"]
     by_login = {r[3]: r for r in table[2:]}
     assert list(by_login) == ["ann", "bob", "'=evil"]  # roster order, the test student skipped
@@ -294,3 +306,121 @@ def test_a_roster_login_matches_a_folder_written_in_another_unicode_form(tmp_pat
     n, extra = export_wide(db, tmp_path / "w.csv", roster)
     assert (n, extra) == (1, [])
     assert rows(tmp_path / "w.csv")[1] == ["zo\u00eb", "30"]
+
+
+# --- Canvas for real: the file, read by Canvas's own import rules, updates existing columns only ---
+
+_NON_ASSIGNMENT = re.compile(r"Current (Score|Points|Grade)|Final (Score|Points|Grade)|Override (Score|Grade|Status)")
+
+
+def canvas_import(path: Path, course: dict[int, tuple[str, float]]) -> tuple[list[str], dict, dict]:
+    """A reimplementation of the header and column rules of Canvas's gradebook import
+    (canvas-lms ``app/models/gradebook_importer.rb``: ``header?``, ``row_has_student_headers?``,
+    ``update_column_count``, ``strip_non_assignment_columns``, ``parse_assignments``,
+    ``check_for_non_student_row``, ``process_pp``, ``process_submissions``; and
+    ``Assignment.title_and_id`` in ``app/models/assignment.rb``).
+
+    ``course``: Canvas id -> (title, points possible). Returns the titles of the assignments the
+    import would create, each existing assignment's points possible after the import, and the
+    grades it reads: ``{(SIS login, Canvas id or new title): grade}``.
+    """
+    table = rows(path)
+    header = table[0]
+    assert len(header) > 3 and "Student" in header[0] and "ID" in header[1], "InvalidHeaderRow"
+    student_columns = 3
+    if re.search(r"SIS\s+Login\s+ID", header[2]):
+        student_columns += 1
+    elif re.search(r"SIS\s+User\s+ID", header[2]) and re.search(r"SIS\s+Login\s+ID", header[3]):
+        student_columns += 2 + bool(re.search(r"Integration\s+ID", header[4]))
+    assert "Section" in header[student_columns - 1], "InvalidHeaderRow"
+    login_column = next(i for i, h in enumerate(header) if re.search(r"SIS\s+Login\s+ID", h))
+    created, columns = [], {}
+    for index, name in enumerate(header[student_columns:], start=student_columns):
+        if _NON_ASSIGNMENT.search(name):
+            continue
+        m = re.fullmatch(r"(.*)\s\((\d+)\)", name, re.S)  # title_and_id
+        key: int | str | None = int(m.group(2)) if m and int(m.group(2)) in course else None
+        key = key or next((i for i, (title, _) in course.items() if title == name), None)  # backward compat
+        if key is None:
+            key = m.group(1) if m else name
+            created.append(key)
+        columns[index] = key
+    points = {i: pp for i, (_, pp) in course.items()}
+    grades = {}
+    for row in table[1:]:
+        if "Points Possible" in row[0]:  # process_pp: a value sets the assignment's points possible
+            points.update({columns[i]: float(row[i]) for i in columns if row[i] and columns[i] in points})
+        elif not all(re.fullmatch(r"\s*(Muted|Manual Posting.*)?\s*", c, re.I) for c in row):
+            grades.update({(row[login_column], columns[i]): row[i].strip() for i in columns})
+    return created, points, grades
+
+
+COURSE = {4242: ("02 Self Attention", 34.0), 4243: ("Multi-Head Exercises", 39.0), 7: ("Quiz 1", 5.0)}
+
+
+def test_the_reimplemented_importer_sees_a_column_titled_by_the_notebook_as_a_new_assignment(tmp_path):
+    path = tmp_path / "old.csv"  # what the export wrote before: the notebook's name for a title
+    path.write_text(f"Student,ID,SIS User ID,SIS Login ID,Section,{B}\n    Points Possible,,,,,39\nAnn,1,,ann,S,16\n")
+    created, _, grades = canvas_import(path, COURSE)
+    assert created == [B] and grades == {("ann", B): "16"}
+
+
+@pytest.mark.parametrize("target", ["Multi-Head Exercises (4243)", "4243", "Multi-Head Exercises"])
+def test_canvas_import_by_canvas_rules_creates_no_assignment_and_sets_the_right_cells(book, roster, tmp_path, target):
+    out = tmp_path / "canvas.csv"
+    args = ["export", "--db", str(book), "--format", "canvas", "--roster", str(roster), "--out", str(out)]
+    assert main([*args, "--map", f"{B}={target}", "--missing", "zero"]) == 0
+    created, points, grades = canvas_import(out, COURSE)
+    assert created == []  # every column is an assignment the course has
+    assert points == {i: pp for i, (_, pp) in COURSE.items()}  # no points possible changed
+    assert grades == {
+        ("ann", 4242): "30",
+        ("ann", 4243): "16",
+        ("bob", 4242): "0",  # --missing zero
+        ("bob", 4243): "0",
+        ("'=evil", 4242): "1",
+        ("'=evil", 4243): "0",
+    }
+
+
+def test_an_assignment_without_a_canvas_column_is_an_error_naming_it_and_the_roster_columns(
+    book, roster, tmp_path, capsys
+):
+    out = tmp_path / "canvas.csv"
+    args = ["export", "--db", str(book), "--format", "canvas", "--roster", str(roster), "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"assignment {B} has no column in the roster" in err and f'--map {B}="TITLE (ID)"' in err
+    assert "'02 Self Attention (4242)', 'Multi-Head Exercises (4243)'" in err and "Current Score" not in err
+    assert not out.exists()
+    assert main([*args, "--map", f"{B}=Layer Norm (9999)"]) == 2  # a map to no column of the roster
+    err = capsys.readouterr().err
+    assert f"--map {B}='Layer Norm (9999)': no assignment column(s) of the roster" in err and "(4243)" in err
+    assert main([*args, "--map", f"{B}=02 Self Attention (4242)"]) == 2  # two notebooks, one column
+    assert f"{A} and {B} both go to the column '02 Self Attention (4242)'" in capsys.readouterr().err
+    assert main([*args, "--map", B]) == 2
+    assert '--map: expected ASSIGNMENT="Canvas title (id)"' in capsys.readouterr().err
+    assert main([*args, "--map", "99_nothing=4243"]) == 2
+    assert "--map 99_nothing: no such assignment" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_scale_rescales_to_canvas_points_possible_and_without_it_a_difference_is_a_warning(book, tmp_path, capsys):
+    roster = tmp_path / "roster.csv"
+    roster.write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section,02 Self Attention (4242),Multi-Head Exercises (4243)\n"
+        "    Points Possible,,,,,10,39\n"
+        "Ann,101,S101,ann,A,,\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "canvas.csv"
+    args = ["export", "--db", str(book), "--format", "canvas", "--roster", str(roster), "--out", str(out)]
+    args += ["--map", f"{B}=4243"]
+    assert main([*args, "--scale"]) == 0
+    assert rows(out)[1][5:] == ["10", "39"] and rows(out)[2][5:] == ["8.82", "16"]  # 30 * 10 / 34; 16 * 39 / 39
+    assert "warning" not in capsys.readouterr().err
+    assert main(args) == 0
+    assert rows(out)[1][5:] == ["10", "39"] and rows(out)[2][5:] == ["30", "16"]  # Canvas's points stay
+    assert f"warning: {A} has 34 points, Canvas's '02 Self Attention (4242)' 10" in capsys.readouterr().err
+    assert main(["export", "--db", str(book), "--format", "wide", "--out", str(out), "--scale"]) == 2
+    assert "--map, --missing and --scale go with --format canvas" in capsys.readouterr().err
