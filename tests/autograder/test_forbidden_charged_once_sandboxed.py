@@ -40,6 +40,23 @@ def layer_norm(x, gamma, beta, eps=1e-5):
 def add_and_norm(x, sublayer_output, gamma, beta, eps=1e-5):
     return layer_norm(x + sublayer_output, gamma, beta, eps)
 """
+#: an honest student's own style: a helper class, IPython magics and a shell line
+IPYTHON_SELF_ATTENTION = """
+%matplotlib inline
+!echo projecting
+
+class Projection:
+    def __init__(self, W):
+        self.W = W
+
+    def __call__(self, x):
+        return x @ self.W
+
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    q, k, v = (Projection(W)(x) for W in (W_q, W_k, W_v))
+    return scaled_dot_product_attention(q, k, v, mask)
+"""
+HONEST_SDPA = HONEST_ATTENTION.split("def self_attention")[0]
 SMUGGLING_SOFTMAX = HONEST_SOFTMAX.replace(
     "def softmax(x, dim=-1):",
     "def softmax(x, dim=-1, kv=None):\n    if kv is not None:\n        return F.scaled_dot_product_attention(x, *kv)",
@@ -71,9 +88,15 @@ def _functions(rec) -> dict:
             "softmax",
             ["scaled_dot_product_attention", "self_attention"],
         ),
+        (
+            [SETUP, FORBIDDEN_SOFTMAX, HONEST_SDPA, IPYTHON_SELF_ATTENTION],
+            "02_self_attention",
+            "softmax",
+            ["scaled_dot_product_attention", "self_attention"],
+        ),
         ([SETUP, FORBIDDEN_LAYER_NORM], "05_layer_norm", "layer_norm", ["add_and_norm"]),
     ],
-    ids=["softmax", "layer_norm"],
+    ids=["softmax", "softmax-ipython-caller", "layer_norm"],
 )
 def test_the_sandboxed_grader_charges_a_forbidden_call_to_the_function_that_makes_it(
     runner, cells, assignment, offender, callers
@@ -95,7 +118,7 @@ def test_the_sandboxed_grader_charges_a_forbidden_call_to_the_function_that_make
 
 def test_the_sandboxed_grader_charges_a_call_routed_through_a_graded_callee_to_the_caller(runner):
     rec = grade_submission(
-        notebook(SETUP, SMUGGLING_SOFTMAX, HONEST_ATTENTION.split("def self_attention")[0], SMUGGLED_SELF_ATTENTION),
+        notebook(SETUP, SMUGGLING_SOFTMAX, HONEST_SDPA, SMUGGLED_SELF_ATTENTION),
         "02_self_attention",
         runner,
         seed=SEED,
