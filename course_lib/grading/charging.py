@@ -51,7 +51,9 @@ class Charging:
     walk: Walk
     callees: Callable[[str], list[str]]
     rules: Callable[[str], Sequence[str]]
-    _memo: dict[tuple[str, tuple[str, ...], frozenset[str]], list[str]] = field(default_factory=dict)
+    _memo: dict[tuple[str, tuple[str, ...], frozenset[str]], list[str]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def charged(self, name: str) -> list[str]:
         """The notes ``name`` itself is charged with, each once, in the order found."""
