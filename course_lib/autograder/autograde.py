@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from ..grading.charging import static_charges
 from ..grading.exercise_spec import Exercise
 from ..grading.forbidden import NotebookScan
 from ..grading.judging import judge, zero_report
@@ -319,7 +320,7 @@ def grade_submission(data: bytes, assignment: str, runner: Runner, seed: int | N
         ]
         noted = [f"review: {r}" for r in review]
         return _record(assignment, digest, "review", reports, [msg], isolation, seed, noted, fallbacks, written)
-    forbidden = {ex.name: scan.violations(ex.name, ex.forbidden) for ex in exercises}
+    forbidden = static_charges(scan, assignment)  # a callee's forbidden call is the callee's only
     callees = _callees(scan, exercises, assignment, forbidden)
     runnable = skip_demos(scan.runnable_sources(), [ex.name for ex in exercises])  # demos are not graded
     judged = Judged(seed, sources)  # their sources name an input changed in place

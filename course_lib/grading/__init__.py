@@ -22,7 +22,8 @@ The modules, from the data to the words:
 - :mod:`.compare`: output against reference; :mod:`.judging`: outcomes to a :class:`Report`;
   :mod:`.report`: the report; :mod:`.rendering`: how it is shown (text, HTML);
   :mod:`.feedback`: its words
-- :mod:`.standins`: references standing in for a failing graded callee; :mod:`.inplace`: a
+- :mod:`.standins`: references standing in for a failing graded callee; :mod:`.charging`: a
+  forbidden call charged to the function that makes it; :mod:`.inplace`: a
   caller's tensors changed in place, found and named
 - forbidden calls: :mod:`.forbidden` (reading the code: rules, the one walker, the static and
   the live environment, bytecode), :mod:`.opwatch` and :mod:`.oplists` (the operators a call
@@ -37,9 +38,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .charging import live_charges
 from .demos import when_implemented
 from .exercise_spec import Exercise, run_calls
-from .forbidden import violations_in_function
 from .inplace import function_source
 from .judging import judge, zero_report
 from .model import Call, Case, Mistake, Outcome
@@ -80,7 +81,8 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     When ``fn`` calls another graded function of its notebook and that function fails its own
     check, ``fn`` is graded with the reference standing in for it (a mistake costs points once,
     where it was made); the report's ``composition`` says how ``fn`` scored with the student's
-    own callee.
+    own callee. A forbidden call made in such a callee costs the callee's points only
+    (:mod:`.charging`).
     """
     if name is None:
         name = getattr(fn, "__name__", None)
@@ -89,7 +91,7 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     ex = exercise(name)
     if not callable(fn):
         return zero_report(ex, "missing", f"{name} is a {type(fn).__name__}, not a function")
-    notes = violations_in_function(fn, ex.forbidden)
+    notes = live_charges(fn, name)  # a forbidden call in a graded callee is the callee's (:mod:`.charging`)
     if notes:
         return zero_report(ex, "forbidden", "; ".join(notes))
     source = function_source(fn)  # names an in-place change of an input (:mod:`.inplace`)
@@ -98,9 +100,17 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     callees = live_callees(fn, [n for n in ASSIGNMENTS[assignment_of(name)] if n != name])
     if own.passed or not callees or not isinstance(namespace, dict):
         return own
-    if all(c in namespace and check(namespace[c], name=c).passed for c in callees):
+    if all(c in namespace and _passes_as_written(namespace[c], c) for c in callees):
         return own  # the callees are right: the student's own composition is the one to grade
     references = {c: exercise(c).reference for c in callees}
     with standing_in(namespace, references):
         stand_in = judge(ex, run_calls(fn, ex), source=source)
     return composed(own, stand_in, callees)
+
+
+def _passes_as_written(fn: Callable[..., Any], name: str) -> bool:
+    """Whether a callee passes as the student wrote it: with its own callees, not the references
+    standing in for them (a callee of a callee that fails or is forbidden fails it too), as the
+    autograder decides."""
+    report = check(fn, name=name)
+    return report.passed and report.composition is None

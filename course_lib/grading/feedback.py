@@ -320,6 +320,12 @@ def composition_lines(function: str, comp: Any, max_score: float) -> list[str]:
         return []
     c = _as_dict(comp)
     callees = " and ".join(c["callees"])
+    if c["status"] == "forbidden":  # the forbidden call was the callee's (:mod:`.charging`)
+        return [
+            f"The score above was measured with the reference {callees} in its place: your own "
+            f"{callees} makes a forbidden call (itself or through a function it calls), which "
+            "costs points once, where it is made."
+        ]
     own = f"With your own {callees}, {function} scores {_points(c['score'])}/{_points(max_score)}"
     if c["failed"]:
         own += f" (failing {', '.join(repr(t) for t in c['failed'])})"

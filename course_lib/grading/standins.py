@@ -117,9 +117,12 @@ def composed(own: Report, stand_in: Report, callees: Sequence[str]) -> Report:
     """The report that counts (``stand_in``), remembering how the student's own composition
     (``own``) scored and which of its tests failed; ``own`` itself when the references changed
     nothing (the same score, the same tests failed): the callees did not cost it a point, so
-    there is no composition to tell the student about."""
+    there is no composition to tell the student about. A forbidden call seen only with the
+    student's callees is theirs, never the caller's (:mod:`.charging`): then ``stand_in``
+    counts whatever its score."""
     failed = [r.name for r in own.results if not r.passed]
-    if stand_in.score == own.score and failed == [r.name for r in stand_in.results if not r.passed]:
+    theirs = own.status == "forbidden" and stand_in.status != "forbidden"
+    if not theirs and stand_in.score == own.score and failed == [r.name for r in stand_in.results if not r.passed]:
         return own
     stand_in.composition = Composition(list(callees), own.score, own.status, failed)
     return stand_in

@@ -60,11 +60,14 @@ class LiveEnvironment:
     Args:
         fn: the graded function.
         rules: the exercise's forbidden calls.
+        boundary: the student's graded callees, not read: the reference stands in for them,
+            and what they call is charged to them (:mod:`..charging`).
     """
 
-    def __init__(self, fn: Callable[..., Any], rules: Sequence[str]):
+    def __init__(self, fn: Callable[..., Any], rules: Sequence[str], boundary: Sequence[Any] = ()):
         self.fn = fn
         self.rules = Rules.of(rules, live=True)
+        self._boundary = {id(b) for b in boundary if b is not fn}
         self._trusted_root = is_reference(fn)  # the reference itself may call its own helpers
         self._seen: set[int] = set()
         own_globals = getattr(fn, "__globals__", None) or {}
@@ -83,6 +86,8 @@ class LiveEnvironment:
         self._seen.add(id(obj))
         if id(obj) in self._graded:
             note(graded_note(self._graded[id(obj)]))
+            return [], None
+        if id(obj) in self._boundary:
             return [], None
         if isinstance(obj, types.MethodType):
             obj = obj.__func__
@@ -224,15 +229,16 @@ def _follow(value: Any, parts: Sequence[str]) -> tuple[Any, Any, bool]:
     return base, value, True
 
 
-def violations_in_function(fn: Callable[..., Any], rules: Sequence[str]) -> list[str]:
+def violations_in_function(fn: Callable[..., Any], rules: Sequence[str], boundary: Sequence[Any] = ()) -> list[str]:
     """Forbidden uses reachable from a live function: its code, and transitively the code of
     the functions, lambdas and classes its globals and closure point to.
 
     Args:
         fn: the graded function.
         rules: the exercise's forbidden calls.
+        boundary: graded callees not to read (see :class:`LiveEnvironment`).
 
     Returns:
         The notes, each once, in the order found.
     """
-    return walk(LiveEnvironment(fn, rules))
+    return walk(LiveEnvironment(fn, rules, boundary))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ..aliases import overflow_flags
 from ..harmless import harmless, membership_reads
@@ -66,8 +66,8 @@ class NotebookScan:
         """What the sandbox runs: each readable cell as it is, an unreadable cell as nothing."""
         return [c.source if c.tree is not None else "" for c in self.cells]
 
-    def violations(self, name: str, rules: Sequence[str]) -> list[str]:
-        return scan(name, rules, self.env)
+    def violations(self, name: str, rules: Sequence[str], boundary: Collection[str] = ()) -> list[str]:
+        return scan(name, rules, self.env, boundary)
 
     def review_flags(self) -> list[str]:
         return review_flags(self.cells, self.env)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 from ..aliases import Aliases, dotted
@@ -192,12 +192,15 @@ class StaticScan:
         env: the notebook's names.
         name: the graded name to start from.
         rules: the exercise's forbidden calls.
+        boundary: graded callees whose bindings are not read: the reference stands in for
+            them, and what they call is charged to them (:mod:`..charging`).
     """
 
-    def __init__(self, env: StaticEnvironment, name: str, rules: Sequence[str]):
+    def __init__(self, env: StaticEnvironment, name: str, rules: Sequence[str], boundary: Collection[str] = ()):
         self.env = env
         self.name = name
         self.rules = Rules.of(rules, live=False)
+        self.boundary = frozenset(boundary) - {name}
         self._seen: set[int] = set()
         self._seen_names: set[str] = set()
 
@@ -242,6 +245,8 @@ class StaticScan:
         self._seen_names.add(n)
         if n in self.rules.graded and n != self.name and self.env.values(n):
             note(graded_note(n))
+        if n in self.boundary:
+            return []
         return [node for value in self.env.live_values(n) for node in self._reach(value)]
 
     def _reach(self, node: ast.AST) -> list[ast.AST]:
@@ -252,15 +257,16 @@ class StaticScan:
         return [node]
 
 
-def scan(name: str, rules: Sequence[str], env: StaticEnvironment) -> list[str]:
+def scan(name: str, rules: Sequence[str], env: StaticEnvironment, boundary: Collection[str] = ()) -> list[str]:
     """Forbidden uses reachable from the graded name ``name`` in a notebook (static).
 
     Args:
         name: the graded function's name.
         rules: the exercise's forbidden calls.
         env: the notebook's names.
+        boundary: graded callees not to read (see :class:`StaticScan`).
 
     Returns:
         The notes, each once, in the order found.
     """
-    return walk(StaticScan(env, name, rules))
+    return walk(StaticScan(env, name, rules, boundary))
