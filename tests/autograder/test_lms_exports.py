@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -141,7 +142,7 @@ def test_a_late_record_shows_raw_score_penalty_and_final_in_csv_gradescope_and_f
     assert md.count("Late:") == 1
     write_feedback(book, tmp_path / "html", fmt="html")
     html = (tmp_path / "html" / f"{file_stem('ann')}.html").read_text()
-    assert f"<h2>{B}: 16 / 39 points</h2>\n<p><b>Late: submitted" in html
+    assert re.search(rf'<h2 id="a\d+">{B}: 16 / 39 points</h2>\n<p class="late">Late: submitted', html)
 
 
 def test_lateness_counts_started_days_and_the_penalty_stops_at_the_cap():
