@@ -33,7 +33,6 @@ __all__ = [
     "export_canvas",
     "export_wide",
     "export_gradescope",
-    "write_feedback",
     "file_stem",
     "read_roster",
     "RosterError",
@@ -299,11 +298,3 @@ def export_gradescope(db: str | Path, out: str | Path) -> int:
             path.write_text(json.dumps(gradescope_results(rec), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
             n += 1
     return n
-
-
-def write_feedback(db: str | Path, out: str | Path, fmt: str = "md") -> int:
-    """``OUT/<student file stem>.md`` (or ``.html``) per student; returns how many
-    (:func:`.feedback_files.write_feedback`, which also filters)."""
-    from .feedback_files import write_feedback as write
-
-    return len(write(db, out, fmt).files)

@@ -28,7 +28,8 @@ import course_lib
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.batch import grade_all
 from course_lib.autograder.config import GradeConfig
-from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
+from course_lib.autograder.exports import export_csv, export_gradescope, file_stem
+from course_lib.autograder.feedback_files import write_feedback
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.record import Record
 from course_lib.autograder.sandbox.runner import BASE_UID, Limits, Runner
@@ -681,7 +682,7 @@ def test_gradescope_export_follows_the_results_format(graded, tmp_path):
 def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp_path):
     _tmp, _subs, db, _out, rows, _cases = graded
     for fmt in ("md", "html"):
-        assert write_feedback(db, tmp_path / fmt, fmt=fmt) == len(rows)
+        assert len(write_feedback(db, tmp_path / fmt, fmt=fmt).files) == len(rows)
     # one file per student, named with a hash of the exact id: look-alike names never collide
     assert len(list((tmp_path / "md").iterdir())) == len(rows)
     ana = (tmp_path / "md" / f"{file_stem('Ana María')}.md").read_text()

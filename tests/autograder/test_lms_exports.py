@@ -18,7 +18,8 @@ import pytest
 from course_lib.autograder import autograde
 from course_lib.autograder.autograde import refused_record, sha256
 from course_lib.autograder.deadlines import LatePolicy
-from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
+from course_lib.autograder.exports import export_csv, export_gradescope, file_stem
+from course_lib.autograder.feedback_files import write_feedback
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.record import Record
 from course_lib.cli import main
