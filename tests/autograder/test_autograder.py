@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import HONEST_SOFTMAX, ROOT, notebook
+from markdown_it import MarkdownIt
 
 import course_lib
 from course_lib.autograder.autograde import grade_submission
@@ -688,7 +689,9 @@ def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp
     ana = (tmp_path / "md" / f"{file_stem('Ana María')}.md").read_text()
     assert "10 / 10" in ana.replace("\\", "") or "passed" in ana
     md = (tmp_path / "md" / f"{file_stem('markdown_and_html_in_messages')}.md").read_text()
-    assert "\n## softmax: 10/10" not in md and "<script>" not in md and "](http" not in md
+    rendered = MarkdownIt("commonmark").render(md)  # the student's line is code, verbatim: inert
+    assert "<script" not in rendered and "<a " not in rendered and "<h2>softmax: 10/10" not in rendered
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; [x](http://evil)" in rendered
     html = (tmp_path / "html" / f"{file_stem('markdown_and_html_in_messages')}.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "<script>" not in html and "&lt;script&gt;" in html
     leak = (tmp_path / "md" / f"{file_stem('inputs_in_messages')}.md").read_text()
