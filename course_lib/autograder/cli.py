@@ -395,16 +395,24 @@ def add_feedback(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default="gradebook.sqlite")
     p.add_argument("--out", required=True, help="folder for the reports")
     p.add_argument("--format", choices=("md", "html"), default="md")
+    p.add_argument("--assignment", action="append", default=[], help="only this assignment (repeatable)")
+    p.add_argument("--student", action="append", default=[], help="only this student (repeatable)")
     p.set_defaults(func=_cmd_feedback)
 
 
 def _cmd_feedback(args: argparse.Namespace) -> int:
-    from .exports import write_feedback
+    from .feedback_files import FeedbackFilterError, write_feedback
 
     if not require_gradebook(args.db, "feedback"):
         return 2
-    n = write_feedback(args.db, args.out, fmt=args.format)
-    print(f"wrote {n} feedback report(s) to {args.out}")
+    try:
+        written = write_feedback(args.db, args.out, args.format, args.assignment, args.student)
+    except FeedbackFilterError as err:
+        print(f"course-lib {err}", file=sys.stderr)
+        return 2
+    for student in written.without:
+        print(f"course-lib feedback: {student!r} has no record of the assignments asked for", file=sys.stderr)
+    print(f"wrote {len(written.files)} feedback report(s) to {args.out}")
     return 0
 
 

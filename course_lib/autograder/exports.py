@@ -10,7 +10,7 @@ A late submission's record keeps its raw score, the penalty and the final score 
 the CSV, Gradescope's output text and the feedback show all three, Canvas and the wide table
 the final score.
 
-Feedback and exports carry what the checks say (test titles, feedback sentences, likely
+Feedback files are written by :mod:`.feedback_files`. Feedback and exports carry what the checks say (test titles, feedback sentences, likely
 mistakes) and never the hidden inputs: no test case stores its input values in a record, and
 messages that came from student code were shortened and stripped of number runs when graded.
 Everything a student controls is treated as data: every per-student file name carries a hash
@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import html
 import json
 import re
 from pathlib import Path
 
-from ..grading.feedback import composition_lines, error_lines, errors_of, mistake_lines
+from ..grading.feedback import composition_lines, errors_of
 from ..grading.registry import ASSIGNMENTS
 from .gradebook import Gradebook
 from .identity import identity
 from .record import Record
 from .ungraded import ungraded_rows
-from .untrusted_text import csv_cell, markdown_escape, valid_utf8
+from .untrusted_text import csv_cell, valid_utf8
 
 __all__ = [
     "export_csv",
@@ -41,7 +40,6 @@ __all__ = [
     "export_gradescope",
     "gradescope_results",
     "GRADESCOPE_VISIBILITY",
-    "write_feedback",
     "file_stem",
     "read_roster",
     "RosterError",
@@ -325,88 +323,3 @@ def export_gradescope(db: str | Path, out: str | Path, visibility: str = "visibl
             )
             n += 1
     return n
-
-
-def feedback_markdown(student: str, recs: list[Record]) -> str:
-    """A student's report: per assignment and function, every test with its feedback. Every
-    piece of text is escaped, so nothing in it can become a heading, a link or HTML."""
-    e = markdown_escape
-    lines = [f"# Feedback for {e(student)}", ""]
-    for rec in recs:
-        lines += [f"## {e(rec.assignment)}: {rec.score:g} / {rec.max_score:g} points", ""]
-        for line in (late_line(rec), adjustment_line(rec)):
-            if line:
-                lines += [f"**{e(line)}**", ""]
-        for m in rec.messages:
-            lines.append(f"> {e(m)}")
-        if rec.messages:
-            lines.append("")
-        for fr in rec.functions:
-            lines += [f"### `{e(fr['function'])}`: {fr['score']:g} / {fr['max_score']:g}", ""]
-            for note in fr["notes"]:
-                lines.append(f"- **Note:** {e(note)}")
-            if fr["status"] == "not implemented":
-                lines += ["Not implemented yet.", ""]
-                continue
-            for r in fr["results"]:
-                mark = "passed" if r["passed"] else "failed"
-                line = f"- {mark} ({r['points']:g}/{r['max_points']:g}) **{e(r['name'])}**: {e(r['checks'])}"
-                if r["feedback"] and not fr["notes"]:
-                    line += f". {e(r['feedback'])}"
-                lines.append(line)
-            for m in (*error_lines(fr["results"]), *mistake_lines(fr["results"])):
-                head, _, message = m.partition(": ")
-                lines.append(f"- *{e(head)}:* {e(message)}")
-            lines += [f"- {e(c)}" for c in composition_lines(fr["function"], fr.get("composition"), fr["max_score"])]
-            lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def feedback_html(student: str, recs: list[Record]) -> str:
-    """The same report as a standalone HTML page, every piece of text escaped."""
-    h = html.escape
-    body = [f"<h1>Feedback for {h(valid_utf8(student))}</h1>"]
-    for rec in recs:
-        body.append(f"<h2>{h(rec.assignment)}: {rec.score:g} / {rec.max_score:g} points</h2>")
-        for line in (late_line(rec), adjustment_line(rec)):
-            if line:
-                body.append(f"<p><b>{h(line)}</b></p>")
-        body += [f"<blockquote>{h(m)}</blockquote>" for m in rec.messages]
-        for fr in rec.functions:
-            body.append(f"<h3><code>{h(fr['function'])}</code>: {fr['score']:g} / {fr['max_score']:g}</h3>")
-            body += [f"<p><b>Note:</b> {h(n)}</p>" for n in fr["notes"]]
-            if fr["status"] == "not implemented":
-                body.append("<p>Not implemented yet.</p>")
-                continue
-            items = []
-            for r in fr["results"]:
-                mark = "passed" if r["passed"] else "failed"
-                item = f"{mark} ({r['points']:g}/{r['max_points']:g}) <b>{h(r['name'])}</b>: {h(r['checks'])}"
-                if r["feedback"] and not fr["notes"]:
-                    item += f". {h(r['feedback'])}"
-                items.append(f"<li>{item}</li>")
-            for m in (*error_lines(fr["results"]), *mistake_lines(fr["results"])):
-                head, _, message = m.partition(": ")
-                items.append(f"<li><i>{h(head)}:</i> {h(message)}</li>")
-            comp = composition_lines(fr["function"], fr.get("composition"), fr["max_score"])
-            items += [f"<li>{h(c)}</li>" for c in comp]
-            body.append("<ul>" + "".join(items) + "</ul>")
-    return (
-        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Feedback for '
-        f"{h(valid_utf8(student))}</title></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
-
-
-def write_feedback(db: str | Path, out: str | Path, fmt: str = "md") -> int:
-    """``OUT/<student file stem>.md`` (or ``.html``) per student; returns how many."""
-    if fmt not in ("md", "html"):
-        raise ValueError(f"feedback: format must be 'md' or 'html', got {fmt!r}")
-    per_student: dict[str, list[Record]] = {}
-    with Gradebook(db) as book:
-        for student, rec in book.rows():
-            per_student.setdefault(student, []).append(rec)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    for student, recs in per_student.items():
-        text = feedback_markdown(student, recs) if fmt == "md" else feedback_html(student, recs)
-        (Path(out) / f"{file_stem(student)}.{fmt}").write_text(text, encoding="utf-8")
-    return len(per_student)

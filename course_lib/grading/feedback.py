@@ -8,6 +8,7 @@ Plain functions of plain data (messages, calls, result dicts), used by :mod:`.ju
 
 from __future__ import annotations
 
+import ast
 import inspect
 import linecache
 import os
@@ -20,7 +21,7 @@ import torch
 
 from .._validation import shape_str
 from .model import ErrorHint
-from .operands import operand_words
+from .operands import line_names, operand_words
 
 __all__ = [
     "ERROR_HINTS",
@@ -119,9 +120,12 @@ class Feedback:
     error: str = ""
 
 
-def error_feedback(reference: Callable[..., Any], call: Any, outcome: Any, hints: Sequence[ErrorHint] = ()) -> Feedback:
+def error_feedback(
+    reference: Callable[..., Any], call: Any, outcome: Any, hints: Sequence[ErrorHint] = (), source: str | None = None
+) -> Feedback:
     """A failed call's feedback on its test, and for an error, the error in full: the message
-    with the student's line and its operands, and a hint chosen by the error, the line and the
+    with the student's line and its operands, and a hint chosen by the error, the line (and
+    the lines of ``source``, the student's function, that define the line's operands) and the
     exercise (``hints``: the exercise's own, tried first; the mask sentence only where the
     reference takes a ``mask``). The error is said once for all the tests it affects
     (:func:`error_lines`); the test's own feedback names the exception and the test's inputs."""
@@ -130,7 +134,7 @@ def error_feedback(reference: Callable[..., Any], call: Any, outcome: Any, hints
         return Feedback(message)
     inputs = f"Inputs of this test: {describe_inputs(reference, call)}"
     head = message.partition(":")[0]
-    hint = error_hint(message, hints, mask=_takes_mask(reference))
+    hint = error_hint(message, hints, mask=_takes_mask(reference), source=source)
     error = f"{message}{' ' if message.endswith('.') else '. '}Hint: {hint}" if hint else message
     return Feedback(f"{head} (the error is said once, under Error, with the tests it affects). {inputs}", error)
 
@@ -215,16 +219,63 @@ def failing_line(message: str) -> str:
     return m.group(1) if m else ""
 
 
-def error_hint(message: str, hints: Sequence[ErrorHint] = (), mask: bool = False) -> str:
+def error_hint(message: str, hints: Sequence[ErrorHint] = (), mask: bool = False, source: str | None = None) -> str:
     """The hint for a student's error message, or ``""``: the first of ``hints`` (an exercise's
     own), :data:`LINE_HINTS` and :data:`ERROR_HINTS` whose phrase the message contains and whose
-    ``line`` (if any) the failing line matches. The broadcast hint speaks of masks only when
-    ``mask`` (the function takes one)."""
+    ``line`` (if any) the failing line matches, or one of the statements of ``source`` (the
+    student's function, when known) that assign an operand of the failing line that the
+    message says has three dims or more (``kt = k.T`` behind ``q @ kt``: :func:`operand_sources`).
+    The broadcast hint speaks of masks only when ``mask`` (the function takes one)."""
     line = failing_line(message)
+    lines = [line, *operand_sources(line, source, message)]
     for h in (*hints, *LINE_HINTS, *ERROR_HINTS):
-        if any(p in message for p in h.phrases) and (not h.line or re.search(h.line, line)):
+        if any(p in message for p in h.phrases) and (not h.line or any(re.search(h.line, x) for x in lines)):
             return h.hint + (MASK_SENTENCE if mask and h is _BROADCAST_HINT else "")
     return ""
+
+
+def operand_sources(line: str, source: str | None, message: str) -> list[str]:
+    """The statements of ``source`` that assign a name ``line`` reads, for the names that
+    ``message`` describes as tensors of three dims or more (``, where `kt` is (4, 5, 2)
+    float32``): what a line-chosen hint reads besides the failing line. ``[]`` when the source
+    is unknown or does not parse."""
+    batched = [n for n in line_names(line) if _dims(message, n) >= 3]
+    if not source or not batched:
+        return []
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        targets = {t.id for t in _assigned(node) if isinstance(t, ast.Name)}
+        if targets & set(batched):
+            found.append(ast.get_source_segment(source, node) or "")
+    return found
+
+
+def _assigned(node: ast.AST) -> list[ast.expr]:
+    """The targets an assignment statement binds, tuples unpacked; ``[]`` for anything else."""
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return []
+    out: list[ast.expr] = []
+    while targets:
+        t = targets.pop()
+        if isinstance(t, (ast.Tuple, ast.List)):
+            targets.extend(t.elts)
+        else:
+            out.append(t)
+    return out
+
+
+def _dims(message: str, name: str) -> int:
+    """The number of dims ``message``'s operand words give ``name`` (0 when it names none)."""
+    m = re.search(rf"`{re.escape(name)}` is \(([\d, ]*)\) ", message)
+    return len([d for d in m.group(1).split(",") if d.strip()]) if m else 0
 
 
 def describe_value(v: Any) -> str:

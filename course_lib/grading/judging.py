@@ -89,7 +89,7 @@ def judge(
             all_not_implemented = False
         if problem is not None:
             call = case.calls[list(outs).index(problem)]
-            fb = error_feedback(exercise.reference, call, problem, exercise.error_hints)
+            fb = error_feedback(exercise.reference, call, problem, exercise.error_hints, source)
             results.append(TestResult(case.name, case.checks, 0.0, case.points, False, fb.text, error=fb.error))
             continue
         result, wrong = _value_result(exercise, case, outs, exp)
@@ -177,9 +177,12 @@ def _diagnose(
     order). A mistake explains a case when its outputs there equal the student's, dtype kind
     included (a float mask is not an integer one); it is left out when the student passes a case
     that the mistake fails (the student's code does not have that mistake: an overflow is not
-    the cause when the large-input test passes), and when another mistake explains every failed
+    the cause when the large-input test passes), when another mistake explains every failed
     case it explains and more (it matches less well: a special case of the other, such as a
-    mistake that coincides with it only where ``pad_id`` is 0)."""
+    mistake that coincides with it only where ``pad_id`` is 0), and when an earlier mistake of
+    the exercise explains exactly the same failed cases (the student's outputs cannot tell the
+    two apart: one mistake is one diagnosis, as a fill of -1e10 that both the -1e9 and the
+    -1e4 fill explain, on the cases that do not tell them apart)."""
     cases = exercise.cases(seed)
     names = exercise.output_names
     explained: dict[str, set[int]] = {}
@@ -191,9 +194,11 @@ def _diagnose(
             if outs is not None and _same_outputs(cases[i], names, actual, outs):
                 explained.setdefault(run.mistake.message, set()).add(i)
     found: dict[int, list[str]] = {}
-    for message, where in explained.items():
-        if any(where < other for other in explained.values()):
+    kept: list[set[int]] = []
+    for message, where in explained.items():  # in the exercise's order
+        if any(where < other for other in explained.values()) or where in kept:
             continue
+        kept.append(where)
         for i in sorted(where):
             found.setdefault(i, []).append(message)
     return {i: found[i] for i in sorted(found)}

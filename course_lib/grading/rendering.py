@@ -18,6 +18,8 @@ theme); only the headline's border marks the verdict.
 from __future__ import annotations
 
 import html
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,7 +28,19 @@ from .feedback import errors_of, mistakes_of
 if TYPE_CHECKING:
     from .report import Report, TestResult
 
-__all__ = ["split_fix", "as_text", "as_html", "inline_code"]
+__all__ = [
+    "Said",
+    "said_once",
+    "split_fix",
+    "split_hint",
+    "as_text",
+    "as_html",
+    "as_markdown",
+    "inline_code",
+    "md_text",
+    "md_code",
+    "md_inline",
+]
 
 #: The words of a test that passes but waits for the value tests (:data:`~.judging.PROPERTY_GATE`).
 WAITING = "once the value tests pass"
@@ -45,6 +59,43 @@ class _Parts:
     failing: list[TestResult]
     waiting: list[TestResult]  # passed, points withheld until the value tests pass
     passing: list[TestResult]
+
+
+@dataclass(frozen=True)
+class Said:
+    """An error raised, or a likely mistake, said once for the tests it affects: ``head`` in
+    the open, ``detail`` (the hint, or why and the fix) under ``label``, folded in HTML.
+
+    Args:
+        css: the HTML class (``course-lib-error``, ``course-lib-mistake``).
+        title: ``Error`` or ``Likely mistake``.
+        tests: the names of the tests it affects, in order.
+        head: what was raised, or what was done.
+        detail: the hint, or why it is wrong and the fix (``""`` when none).
+        label: the words that open ``detail`` (:data:`HINT_LABEL`, :data:`FIX_LABEL`).
+    """
+
+    css: str
+    title: str
+    tests: tuple[str, ...]
+    head: str
+    detail: str
+    label: str
+
+
+def said_once(report: Report) -> list[Said]:
+    """The report's errors (each split at its hint, :func:`split_hint`), then its likely
+    mistakes (each split at its fix, :func:`split_fix`), each once with its tests."""
+    kinds = (
+        ("course-lib-error", "Error", errors_of, split_hint, HINT_LABEL),
+        ("course-lib-mistake", "Likely mistake", mistakes_of, split_fix, FIX_LABEL),
+    )
+    out = []
+    for css, title, found, split, label in kinds:
+        for message, tests in found(report.results):
+            head, detail = split(message)
+            out.append(Said(css, title, tuple(tests), head, detail, label))
+    return out
 
 
 def _for_the_notes(report: Report, parts: _Parts) -> str:
@@ -98,12 +149,12 @@ def _points(x: float) -> str:
     return f"{x:g}"
 
 
-def _names(tests: list[str]) -> str:
+def _names(tests: Sequence[str]) -> str:
     quoted = [f"'{t}'" for t in tests]
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _which(tests: list[str]) -> str:
+def _which(tests: Sequence[str]) -> str:
     quoted = ", ".join(f"'{t}'" for t in tests)
     return f"{'test' if len(tests) == 1 else 'tests'} {quoted}"
 
@@ -131,16 +182,10 @@ def as_text(report: Report) -> str:
     lines += [f"  ! {n}" for n in report.notes]
     if report.status == "not implemented":
         return "\n".join(lines)
-    for error, tests in errors_of(report.results):
-        head, hint = split_hint(error)
-        lines.append(f"  Error ({_which(tests)}): {head}")
-        if hint:
-            lines.append(f"    {HINT_LABEL}: {hint}")
-    for message, tests in mistakes_of(report.results):
-        head, fix = split_fix(message)
-        lines.append(f"  Likely mistake ({_which(tests)}): {head}")
-        if fix:
-            lines.append(f"    {FIX_LABEL}: {fix}")
+    for said in said_once(report):
+        lines.append(f"  {said.title} ({_which(said.tests)}): {said.head}")
+        if said.detail:
+            lines.append(f"    {said.label}: {said.detail}")
     parts = _parts(report)
     if _for_the_notes(report, parts):
         lines.append(f"  {_for_the_notes(report, parts)}")
@@ -198,29 +243,15 @@ def _folded(label: str, text: str) -> str:
     )
 
 
-def _errors_html(report: Report) -> list[str]:
+def _said_html(report: Report) -> list[str]:
     out = []
-    for error, tests in errors_of(report.results):
-        head, hint = split_hint(error)
+    for said in said_once(report):
         out.append(
-            f'<p class="course-lib-error" style="{_P}"><strong>Error</strong> '
-            f"({html.escape(_which(tests))}): {inline_code(head)}</p>"
+            f'<p class="{said.css}" style="{_P}"><strong>{said.title}</strong> '
+            f"({html.escape(_which(said.tests))}): {inline_code(said.head)}</p>"
         )
-        if hint:
-            out.append(_folded(HINT_LABEL, hint))
-    return out
-
-
-def _mistakes_html(report: Report) -> list[str]:
-    out = []
-    for message, tests in mistakes_of(report.results):
-        head, fix = split_fix(message)
-        out.append(
-            f'<p class="course-lib-mistake" style="{_P}"><strong>Likely mistake</strong> '
-            f"({html.escape(_which(tests))}): {inline_code(head)}</p>"
-        )
-        if fix:
-            out.append(_folded(FIX_LABEL, fix))
+        if said.detail:
+            out.append(_folded(said.label, said.detail))
     return out
 
 
@@ -235,8 +266,7 @@ def as_html(report: Report) -> str:
     out += [f'<p class="course-lib-note" style="{_P}">&#9888; {inline_code(n)}</p>' for n in report.notes]
     if report.status != "not implemented" and report.results:
         parts = _parts(report)
-        out += _errors_html(report)
-        out += _mistakes_html(report)
+        out += _said_html(report)
         if _for_the_notes(report, parts):
             out.append(f'<p style="{_P}">{html.escape(_for_the_notes(report, parts))}</p>')
         elif parts.failing:
@@ -257,3 +287,93 @@ def as_html(report: Report) -> str:
         ]
     out.append("</div>")
     return "".join(out)
+
+
+# -- Markdown (CommonMark) ------------------------------------------------------------------------
+
+#: Characters that start inline Markdown anywhere in a line (emphasis, code, links, HTML,
+#: entities, escapes; ``#`` a heading's closing sequence; ``|`` and ``~`` GFM's tables and
+#: strikethrough): escaped outside code spans.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>&#|~])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def md_text(text: str, start: bool = True) -> str:
+    """``text`` on one line, shown literally by a CommonMark renderer: every character Markdown
+    reads inline is backslash-escaped, and where ``start`` (the text starts a block's content),
+    what would open a list or a setext underline there too."""
+    text = " ".join(_CONTROL.sub(" ", text).split())
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    m = re.match(r"[-+=]|\d{1,9}[.)]", text) if start else None
+    if m:
+        text = text[: m.end() - 1] + "\\" + text[m.end() - 1 :]
+    return text
+
+
+def md_code(content: str) -> str:
+    """``content`` as a CommonMark code span, verbatim (CommonMark reads no backslash escape
+    inside code): fenced by one backtick more than its longest run of backticks, padded with a
+    space where it starts or ends with a backtick, or starts and ends with a space."""
+    content = _CONTROL.sub(" ", content)
+    if not content:
+        return ""
+    fence = "`" * (max((len(run) for run in re.findall("`+", content)), default=0) + 1)
+    spaced = content[0] == content[-1] == " " and content.strip(" ")
+    pad = " " if content[0] == "`" or content[-1] == "`" or spaced else ""
+    return f"{fence}{pad}{content}{pad}{fence}"
+
+
+def md_inline(text: str) -> str:
+    """``text`` as CommonMark: each pair of backticks a code span (:func:`md_code`), the rest
+    literal (:func:`md_text`); a backtick without its pair stays a backtick (escaped), as in
+    :func:`inline_code`."""
+    pieces = text.split("`")
+    if len(pieces) % 2 == 0:  # an odd number of backticks: the last one is literal
+        pieces = [*pieces[:-2], pieces[-2] + "`" + pieces[-1]]
+    out = []
+    last = len(pieces) - 1
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            out.append(md_code(piece))
+            continue
+        words = md_text(piece, start=i == 0)
+        before = " " if i and piece[:1].isspace() else ""
+        after = " " if i < last and piece[-1:].isspace() else ""
+        out.append(before + words + after if words else (" " if 0 < i < last and piece else ""))
+    return "".join(out)
+
+
+def as_markdown(report: Report, level: int = 3) -> str:
+    """The report as CommonMark, in the order of the HTML: the headline as a heading of
+    ``level``, the notes, each error and likely mistake once with its hint or fix in a nested
+    item, the failing tests, the tests that wait for the value tests (one sentence), the
+    passing tests (one line) and the composition. Text in backticks is code (:func:`md_inline`)."""
+    blocks = [f"{'#' * level} {md_inline(report.headline())}"]
+    blocks += [f"**Note:** {md_inline(n)}" for n in report.notes]
+    if report.status == "not implemented" or not report.results:
+        return "\n\n".join(blocks) + "\n"
+    items = []
+    for said in said_once(report):
+        item = f"- **{said.title}** ({md_inline(_which(said.tests))}): {md_inline(said.head)}"
+        items.append(item + (f"\n  - *{said.label}:* {md_inline(said.detail)}" if said.detail else ""))
+    if items:
+        blocks.append("\n".join(items))
+    parts = _parts(report)
+    if _for_the_notes(report, parts):
+        blocks.append(md_inline(_for_the_notes(report, parts)))
+    elif parts.failing:
+        rows = [f"- **FAIL {_points(r.points)}/{_points(r.max_points)}** {_md_test(r)}" for r in parts.failing]
+        blocks.append("**Failing tests**\n\n" + "\n".join(rows))
+    if parts.waiting:
+        blocks.append(f"*Waiting:* {md_inline(_waiting_sentence(parts.waiting))}")
+    if parts.passing:
+        blocks.append(md_inline(_passing_sentence(parts, len(report.results), names=True)))
+    blocks += [md_inline(c) for c in report.composition_lines()]
+    return "\n\n".join(blocks) + "\n"
+
+
+def _md_test(r: TestResult) -> str:
+    """A failing test's item: its name and what it checks, its feedback on the next line (a
+    CommonMark hard line break: a backslash at the end of the line)."""
+    said = f"{md_inline(r.name)}: {md_inline(r.checks)}"
+    return f"{said}\\\n  {md_inline(r.feedback)}" if md_inline(r.feedback) else said

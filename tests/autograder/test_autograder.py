@@ -23,12 +23,14 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import HONEST_SOFTMAX, ROOT, notebook
+from markdown_it import MarkdownIt
 
 import course_lib
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.batch import grade_all
 from course_lib.autograder.config import GradeConfig
-from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
+from course_lib.autograder.exports import export_csv, export_gradescope, file_stem
+from course_lib.autograder.feedback_files import write_feedback
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.record import Record
 from course_lib.autograder.sandbox.runner import BASE_UID, Limits, Runner
@@ -689,13 +691,15 @@ def test_gradescope_export_follows_the_results_format(graded, tmp_path):
 def test_feedback_is_escaped_per_student_and_reveals_no_hidden_input(graded, tmp_path):
     _tmp, _subs, db, _out, rows, _cases = graded
     for fmt in ("md", "html"):
-        assert write_feedback(db, tmp_path / fmt, fmt=fmt) == len(rows)
+        assert len(write_feedback(db, tmp_path / fmt, fmt=fmt).files) == len(rows)
     # one file per student, named with a hash of the exact id: look-alike names never collide
     assert len(list((tmp_path / "md").iterdir())) == len(rows)
     ana = (tmp_path / "md" / f"{file_stem('Ana María')}.md").read_text()
     assert "10 / 10" in ana.replace("\\", "") or "passed" in ana
     md = (tmp_path / "md" / f"{file_stem('markdown_and_html_in_messages')}.md").read_text()
-    assert "\n## softmax: 10/10" not in md and "<script>" not in md and "](http" not in md
+    rendered = MarkdownIt("commonmark").render(md)  # the student's line is code, verbatim: inert
+    assert "<script" not in rendered and "<a " not in rendered and "<h2>softmax: 10/10" not in rendered
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; [x](http://evil)" in rendered
     html = (tmp_path / "html" / f"{file_stem('markdown_and_html_in_messages')}.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "<script>" not in html and "&lt;script&gt;" in html
     leak = (tmp_path / "md" / f"{file_stem('inputs_in_messages')}.md").read_text()

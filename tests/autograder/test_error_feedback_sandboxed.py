@@ -17,7 +17,8 @@ import pytest
 from conftest import notebook
 
 from course_lib.autograder.autograde import grade_submission, refused_record
-from course_lib.autograder.exports import feedback_html, feedback_markdown, gradescope_results
+from course_lib.autograder.exports import gradescope_results
+from course_lib.autograder.feedback_files import feedback_html, feedback_markdown
 from course_lib.autograder.sandbox.runner import Limits, Runner
 from course_lib.autograder.sandbox_adapter import watch_lists
 from course_lib.autograder.untrusted_text import operand_message

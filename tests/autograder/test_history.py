@@ -18,7 +18,8 @@ import pytest
 from course_lib.autograder import autograde
 from course_lib.autograder.autograde import refused_record, sha256
 from course_lib.autograder.canvas import export_canvas
-from course_lib.autograder.exports import export_csv, export_wide, file_stem, write_feedback
+from course_lib.autograder.exports import export_csv, export_wide, file_stem
+from course_lib.autograder.feedback_files import write_feedback
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.record import Record
 from course_lib.cli import main
@@ -107,7 +108,7 @@ def test_an_override_counts_in_every_export_and_a_regrade_of_the_same_notebook_k
     write_feedback(db, tmp_path / "fb", fmt="html")
     page = (tmp_path / "fb" / f"{file_stem('ann')}.html").read_text(encoding="utf-8")
     said = "Score set by your instructor: regrade request: test 3 was right. Score 30 / 34 (the grading gave 19)."
-    assert f"<h2>{A}: 30 / 34 points</h2>\n<p><b>{said}</b></p>" in page
+    assert f'{A}: 30 / 34 points</h2>\n<p class="standing">{said}</p>' in page
 
     with Gradebook(db) as book:  # the same notebook graded again (--force, new checks): the override stays
         book.save("ann", graded(A, 20), "c2", 1.0, by="grader")

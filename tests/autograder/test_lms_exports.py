@@ -18,7 +18,8 @@ import pytest
 from course_lib.autograder import autograde
 from course_lib.autograder.autograde import refused_record, sha256
 from course_lib.autograder.deadlines import LatePolicy
-from course_lib.autograder.exports import export_csv, export_gradescope, file_stem, write_feedback
+from course_lib.autograder.exports import export_csv, export_gradescope, file_stem
+from course_lib.autograder.feedback_files import write_feedback
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.record import Record
 from course_lib.cli import main
@@ -153,7 +154,7 @@ def test_a_late_record_shows_raw_score_penalty_and_final_in_csv_gradescope_and_f
     assert md.count("Late:") == 1
     write_feedback(book, tmp_path / "html", fmt="html")
     html = (tmp_path / "html" / f"{file_stem('ann')}.html").read_text()
-    assert f"<h2>{B}: 16 / 39 points</h2>\n<p><b>Late: submitted" in html
+    assert re.search(rf'<h2 id="a\d+">{B}: 16 / 39 points</h2>\n<p class="standing">Late: submitted', html)
 
 
 def test_lateness_counts_started_days_and_the_penalty_stops_at_the_cap():

@@ -325,3 +325,40 @@ def test_the_broadcast_phrase_is_what_torch_says():
         torch.zeros(2, 3) + torch.zeros(4)
     except RuntimeError as e:
         assert BROADCAST in str(e)
+
+
+def sdpa_with_dot_t_on_its_own_line(q, k, v, mask=None, dropout_p=0.0):
+    kt = k.T  # reverses every dim of the batch of keys
+    scores = q @ kt / math.sqrt(q.shape[-1])
+    w = _softmax(scores)
+    return w @ v, w
+
+
+def sdpa_with_a_2d_transpose_and_a_reduction_without_keepdim(q, k, v, mask=None, dropout_p=0.0):
+    eye = torch.eye(q.shape[-1]).T  # .T on a 2-D tensor: honest
+    scores = (q @ eye) @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    m = scores.amax(-1)
+    w = torch.exp(scores - m)  # the row max without keepdim: a broadcast error
+    w = w / w.sum(-1, keepdim=True)
+    return w @ v, w
+
+
+def test_a_transpose_of_a_batch_on_an_earlier_line_gets_the_transpose_hint_not_the_keepdim_one():
+    # the failing line is `q @ kt`: the `.T` is on the line that made `kt`, a 3-D tensor
+    fn, ex = sdpa_with_dot_t_on_its_own_line, exercise("scaled_dot_product_attention")
+    with warnings.catch_warnings():  # as in a notebook: `k.T` on a batch warns, then the product fails
+        warnings.simplefilter("ignore")
+        report = judge(ex, run_calls(fn, ex), source=inspect.getsource(fn))
+    errors = errors_of(report.results)
+    assert errors, report
+    for error, _ in errors:
+        assert "in your line `scores = q @ kt" in error
+        assert ".transpose(-2, -1)`" in error and "keepdim" not in error, error
+
+
+def test_a_2d_transpose_earlier_does_not_take_the_keepdim_hint_from_a_real_keepdim_bug():
+    report = check(sdpa_with_a_2d_transpose_and_a_reduction_without_keepdim, name="scaled_dot_product_attention")
+    errors = errors_of(report.results)
+    assert errors, report
+    for error, _ in errors:
+        assert "keepdim=True" in error and ".mT" not in error, error

@@ -3,11 +3,15 @@
 A named mistake explains a failed test when its outputs there equal the student's, dtype kind
 included. When one mistake explains every failed test that another explains, and more, the other
 is a special case that happens to coincide on some inputs (a mask compared with 0 where
-``pad_id`` is 0, eps outside the root where eps is negligible): only the first is named. Each
+``pad_id`` is 0, eps outside the root where eps is negligible): only the first is named. When two
+explain exactly the same failed tests, the outputs cannot tell them apart and the first in the
+exercise's order is named (a fill of -1e10 is both "-1e9" and "-1e4" on the tests it fails). Each
 student below is written as a student would, with one mistake, and must get exactly one line.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -61,3 +65,37 @@ def test_a_float_mask_is_not_also_named_an_integer_one():
 def test_smoothing_over_the_other_classes_is_not_also_said_to_average_over_all_rows():
     (diagnosis,) = check(label_smoothing_over_the_other_classes, name="label_smoothing_loss").diagnoses
     assert diagnosis.startswith("the smoothing mass is spread over the C - 1 wrong classes only")
+
+
+def _softmax(x, dim=-1):  # zeros for a slice of all -inf, as the course's softmax
+    m = x.amax(dim, keepdim=True)
+    e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    total = e.sum(dim, keepdim=True)
+    return e / torch.where(total == 0, torch.ones_like(total), total)
+
+
+def _attention_filling_masked_scores_with(fill):
+    def scaled_dot_product_attention(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, fill)
+        w = _softmax(scores, dim=-1)
+        return w @ v, w
+
+    return scaled_dot_product_attention
+
+
+def test_one_large_finite_fill_is_one_likely_mistake_not_one_per_constant():
+    report = check(_attention_filling_masked_scores_with(-1e10))
+    assert not report.passed
+    (diagnosis,) = report.diagnoses
+    assert diagnosis.startswith("filling masked scores with a large negative number (-1e9) instead of -inf")
+    fix = "fill with float('-inf')"
+    assert sum(fix in line for line in str(report).splitlines()) == 1
+
+
+def test_the_honest_minus_inf_fill_keeps_full_marks_and_the_minus_1e9_fill_is_named_once():
+    honest = check(_attention_filling_masked_scores_with(float("-inf")))
+    assert honest.passed and honest.score == honest.max_score and not honest.diagnoses
+    (diagnosis,) = check(_attention_filling_masked_scores_with(-1e9)).diagnoses
+    assert "(-1e9) instead of -inf" in diagnosis
