@@ -44,6 +44,7 @@ from .inplace import function_source
 from .judging import judge, zero_report
 from .model import Call, Case, Mistake, Outcome
 from .registry import ASSIGNMENTS, assignment_of, exercise, exercises_of
+from .released import NO_STAND_IN, is_released
 from .report import Report, TestResult
 from .standins import composed, live_callees, standing_in
 
@@ -80,7 +81,8 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     When ``fn`` calls another graded function of its notebook and that function fails its own
     check, ``fn`` is graded with the reference standing in for it (a mistake costs points once,
     where it was made); the report's ``composition`` says how ``fn`` scored with the student's
-    own callee.
+    own callee. A released student package has no references (:mod:`.released`): its report
+    says instead which callee to fix first.
     """
     if name is None:
         name = getattr(fn, "__name__", None)
@@ -100,7 +102,27 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
         return own
     if all(c in namespace and check(namespace[c], name=c).passed for c in callees):
         return own  # the callees are right: the student's own composition is the one to grade
+    if is_released():  # no references to stand in: say so, and grade the student's own composition
+        return _without_stand_in(
+            own, [c for c in callees if c not in namespace or not check(namespace[c], name=c).passed]
+        )
     references = {c: exercise(c).reference for c in callees}
     with standing_in(namespace, references):
         stand_in = judge(ex, run_calls(fn, ex), source=source)
     return composed(own, stand_in, callees)
+
+
+def _without_stand_in(own: Report, failing: list[str]) -> Report:
+    """``own`` with the note of a released check that cannot stand references in for ``failing``."""
+    if not failing:
+        return own
+    one = len(failing) == 1
+    note = NO_STAND_IN.format(
+        function=own.function,
+        callees=" and ".join(failing),
+        verb="fails" if one else "fail",
+        its="its" if one else "their",
+        that="it" if one else "them",
+    )
+    own.notes = [*own.notes, note]
+    return own
