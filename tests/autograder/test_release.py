@@ -232,7 +232,7 @@ def test_the_self_checks_outputs_earn_nothing_under_the_graders_seed(dist):
     assert judge(released, run_calls(softmax, released)).passed
     full = exercise("softmax")
     graded = judge(full, run_calls(softmax, full, seed=3001), seed=3001)
-    assert graded.score <= 0.5 * graded.max_score, str(graded)
+    assert graded.score == 0.0 < graded.max_score, str(graded)
 
 
 def _solution_cells(slug: str) -> list[str]:
