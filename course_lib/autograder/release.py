@@ -240,6 +240,8 @@ def release(
             link that is not the book's, or a shipped source that defines a graded function.
     """
     chosen = _chosen(assignments)
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ReleaseError(f"release: --out must be a folder for the bundles, got the file {out}")
     released_at = parse_release_date(release_date) if release_date is not None else None
     url = book_url_from(config, book_url)
     missing = [s for s in chosen if not (Path(source) / f"{s}.ipynb").is_file()]
@@ -298,6 +300,9 @@ def _cmd_release(args: argparse.Namespace) -> int:
         done = release(args.out, args.assignment, args.release_date, args.book_url, args.source, args.config)
     except ReleaseError as err:
         print(f"course-lib {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # --out is a file, or a folder we may not write
+        print(f"course-lib release: cannot write the bundles in --out {args.out}: {err}", file=sys.stderr)
         return 2
     for b in done.bundles:
         print(f"{b.assignment}: {b.archive} ({Path(b.notebook).name}, {Path(b.wheel).name})")

@@ -30,6 +30,7 @@ from course_lib.autograder.release import (
     parse_release_date,
     release,
 )
+from course_lib.cli import main
 from course_lib.grading import check, exercise, exercises_of, judge, run_calls
 from course_lib.grading.released import from_plain, thaw
 
@@ -131,7 +132,17 @@ def test_bad_dates_and_assignments_are_named_with_what_was_expected(tmp_path):
         ReleaseError, match=r"--assignment must be one of 01_seq2seq_attention, .*got '02_selfattention'"
     ):
         release(tmp_path, ["02_selfattention"], book_url=URL)
+    with pytest.raises(ReleaseError, match=r"no solution notebook 05_layer_norm\.ipynb in .*nowhere"):
+        release(tmp_path, ["05_layer_norm"], book_url=URL, source=tmp_path / "nowhere")
     assert not any(tmp_path.iterdir())
+
+
+def test_the_command_names_a_bad_argument_and_exits_2(tmp_path, capsys):
+    assert main(["release", "--out", str(tmp_path), "--release-date", "soon", "--book-url", URL]) == 2
+    assert "--release-date must be an ISO 8601 date" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["release", "--out", str(tmp_path / "file"), "--assignment", "05_layer_norm", "--book-url", URL]) == 2
+    assert "--out must be a folder for the bundles, got the file" in capsys.readouterr().err
 
 
 def test_the_wheel_follows_the_wheel_spec(dist):
