@@ -43,6 +43,7 @@ __all__ = [
     "to_plain",
     "from_plain",
     "load_assignment",
+    "NotReleased",
 ]
 
 #: The folder of ``course_lib/grading`` that holds the data of a released course (absent in the
@@ -61,6 +62,13 @@ PROPERTY_DIFFERS = (
     "{difference}. The grader judges this test by a property; this self-check has no reference "
     "implementation, so it asks for the reference's outputs here"
 )
+
+
+class NotReleased(KeyError):
+    """A graded function whose assignment is not part of this release (its message says so)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True)
@@ -248,11 +256,14 @@ def load_assignment(slug: str) -> list[Exercise]:
     """The exercises of a released assignment, from ``_release/<slug>.pt``.
 
     Raises:
-        KeyError: the assignment is not part of this release.
+        NotReleased: the assignment is not part of this release.
     """
     path = resources.files(__package__).joinpath(RELEASE_FOLDER, f"{slug}.pt")
     if not path.is_file():
-        raise KeyError(f"assignment {slug!r} is not part of this release of course_lib_student; ask your instructor")
+        raise NotReleased(
+            f"{slug} is not part of the self-check you installed (course_lib_student); install the "
+            "wheel that came with this notebook"
+        )
     with path.open("rb") as f:
         data = torch.load(f, weights_only=True)
     return [thaw(from_plain(d)) for d in data["exercises"]]

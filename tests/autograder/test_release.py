@@ -36,6 +36,8 @@ from course_lib.grading.released import from_plain, thaw
 
 RELEASED = ["02_self_attention", "05_layer_norm"]
 URL = "https://example.org/attention"
+#: A function of an assignment that the wheel under test does not release.
+NOT_RELEASED = "def causal_mask(n):\n    return torch.ones(n, n, dtype=torch.bool).tril()\n"
 PROBE = Path(__file__).with_name("release_probe.py")
 #: A softmax without the max subtracted: a named mistake (it overflows on large scores).
 UNSTABLE_SOFTMAX = (
@@ -287,7 +289,7 @@ def test_the_wheel_installs_offline_and_checks_students_without_the_references(d
         tmp_path,
         [
             ([*_solution_cells("02_self_attention"), *layer_norms], [*ASSIGNMENTS["02_self_attention"], *ASSIGNMENTS["05_layer_norm"]]),
-            ([UNSTABLE_SOFTMAX], ["softmax", "scaled_dot_product_attention"]),
+            ([UNSTABLE_SOFTMAX, NOT_RELEASED], ["softmax", "scaled_dot_product_attention", "causal_mask"]),
         ],
     )  # fmt: skip
     assert student["course_lib"].startswith(str(target))
@@ -303,3 +305,9 @@ def test_the_wheel_installs_offline_and_checks_students_without_the_references(d
     assert wrong["softmax"]["score"] == full.score < full.max_score
     notes = wrong["scaled_dot_product_attention"]["notes"]
     assert any("calls your softmax, which fails its own check: fix it first" in n for n in notes), notes
+    unreleased = wrong["causal_mask"]
+    assert unreleased["status"] == "error" and unreleased["max_score"] == 0, unreleased
+    assert unreleased["notes"] == [
+        "06_transformer is not part of the self-check you installed (course_lib_student); install the wheel "
+        "that came with this notebook"
+    ]
