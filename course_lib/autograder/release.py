@@ -132,7 +132,11 @@ def absolute_links(text: str, book_url: str, where: str) -> str:
             raise ReleaseError(f"release: {where} links to {target!r}, which is not a page of the book")
         return f"]({book_url}/book/{page.group(1)}.html{page.group(2) or ''})"
 
-    return _LINK.sub(absolute, text)
+    made = _LINK.sub(absolute, text)
+    left = re.search(r"""(?:\]:\s*|href=["']|\]\()(\.\./[^\s"')]*)""", made)
+    if left:  # a reference-style link, an HTML link or a link with a title: not rewritten above
+        raise ReleaseError(f"release: {where} links to {left.group(1)!r} in a form the release cannot make absolute")
+    return made
 
 
 def _student_notebook(source: Path, slug: str, version: str, released_at: str | None, book_url: str, wheel: str) -> str:

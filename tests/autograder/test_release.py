@@ -110,6 +110,9 @@ def test_a_relative_link_that_is_not_the_books_stops_the_release():
     )
     with pytest.raises(ReleaseError, match=r"nb links to '\.\./docs/instructor-guide\.md'"):
         absolute_links("see [the guide](../docs/instructor-guide.md)", URL, "nb")
+    for form in ['<a href="../book/01_a.md">', "[a]: ../book/01_a.md", '[a](../book/01_a.md "title")']:
+        with pytest.raises(ReleaseError, match="in a form the release cannot make absolute"):
+            absolute_links(form, URL, "nb")
 
 
 def test_the_book_url_is_one_setting_html_baseurl_and_the_option_overrides_it(tmp_path):
