@@ -1,6 +1,7 @@
 """The instructor's ``course-lib`` subcommands, added to the parser of :mod:`course_lib.cli`.
 
 assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
+release   per-assignment student bundles for a graded course (:mod:`.release`)
 collect   an LMS download (Canvas, Moodle, Gradescope, folders) into SUBMISSIONS/<student>/<NN_slug>.ipynb
 grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
 check     grade one notebook locally, in the sandbox, and print the feedback
@@ -33,7 +34,9 @@ _SANDBOX_HELP = (
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Add the instructor's subcommands to the ``course-lib`` parser, in the order ``--help`` lists them."""
-    for add in (add_assign, add_collect, add_grade, add_check, add_export, add_feedback, add_report):
+    from .release import add_release
+
+    for add in (add_assign, add_release, add_collect, add_grade, add_check, add_export, add_feedback, add_report):
         add(sub)
     for add in (add_history, add_override, add_resolve):
         add(sub)

@@ -45,6 +45,7 @@ from .inplace import function_source
 from .judging import judge, zero_report
 from .model import Call, Case, Mistake, Outcome
 from .registry import ASSIGNMENTS, assignment_of, exercise, exercises_of
+from .released import NO_STAND_IN, NotReleased, is_released
 from .report import Report, TestResult
 from .standins import composed, live_callees, standing_in
 
@@ -82,13 +83,17 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     check, ``fn`` is graded with the reference standing in for it (a mistake costs points once,
     where it was made); the report's ``composition`` says how ``fn`` scored with the student's
     own callee. A forbidden call made in such a callee costs the callee's points only
-    (:mod:`.charging`).
+    (:mod:`.charging`). A released student package has no references (:mod:`.released`): its
+    report says instead which callee to fix first.
     """
     if name is None:
         name = getattr(fn, "__name__", None)
     if not isinstance(name, str):
         raise TypeError(f"check: name must be a str naming a graded function, got {type(name).__name__}")
-    ex = exercise(name)
+    try:
+        ex = exercise(name)
+    except NotReleased as err:  # a released self-check without this assignment's data: say so
+        return Report(name, [], "error", [str(err)])
     if not callable(fn):
         return zero_report(ex, "missing", f"{name} is a {type(fn).__name__}, not a function")
     notes = live_charges(fn, name)  # a forbidden call in a graded callee is the callee's (:mod:`.charging`)
@@ -102,6 +107,10 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
         return own
     if all(c in namespace and _passes_as_written(namespace[c], c) for c in callees):
         return own  # the callees are right: the student's own composition is the one to grade
+    if is_released():  # no references to stand in: say so, and grade the student's own composition
+        return _without_stand_in(
+            own, [c for c in callees if c not in namespace or not _passes_as_written(namespace[c], c)]
+        )
     references = {c: exercise(c).reference for c in callees}
     with standing_in(namespace, references):
         stand_in = judge(ex, run_calls(fn, ex), source=source)
@@ -114,3 +123,19 @@ def _passes_as_written(fn: Callable[..., Any], name: str) -> bool:
     autograder decides."""
     report = check(fn, name=name)
     return report.passed and report.composition is None
+
+
+def _without_stand_in(own: Report, failing: list[str]) -> Report:
+    """``own`` with the note of a released check that cannot stand references in for ``failing``."""
+    if not failing:
+        return own
+    one = len(failing) == 1
+    note = NO_STAND_IN.format(
+        function=own.function,
+        callees=" and ".join(failing),
+        verb="fails" if one else "fail",
+        its="its" if one else "their",
+        that="it" if one else "them",
+    )
+    own.notes = [*own.notes, note]
+    return own
