@@ -10,7 +10,18 @@ through a graded callee still scores 0.
 from __future__ import annotations
 
 import pytest
-from conftest import HONEST_SOFTMAX, notebook
+from conftest import notebook
+from forbidden_cells import (
+    FORBIDDEN_LAYER_NORM,
+    FORBIDDEN_SOFTMAX,
+    HONEST_ADD_AND_NORM,
+    HONEST_SDPA,
+    HONEST_SELF_ATTENTION,
+    HONEST_WITH_IPYTHON,
+    SETUP,
+    SMUGGLED_SELF_ATTENTION,
+    SMUGGLING_SOFTMAX,
+)
 
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.sandbox.runner import Limits, Runner
@@ -20,53 +31,7 @@ from course_lib.grading.feedback import composition_lines
 pytestmark = pytest.mark.sandbox
 
 SEED = 20261127
-SETUP = "import math\nimport torch\nimport torch.nn.functional as F\n"
-FORBIDDEN_SOFTMAX = "def softmax(x, dim=-1):\n    return torch.softmax(x, dim=dim)\n"
-HONEST_ATTENTION = """
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    w = softmax(scores, dim=-1)
-    return w @ v, w
-
-def self_attention(x, W_q, W_k, W_v, mask=None):
-    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)
-"""
-FORBIDDEN_LAYER_NORM = """
-def layer_norm(x, gamma, beta, eps=1e-5):
-    return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
-
-def add_and_norm(x, sublayer_output, gamma, beta, eps=1e-5):
-    return layer_norm(x + sublayer_output, gamma, beta, eps)
-"""
-#: an honest student's own style: a helper class, IPython magics and a shell line
-IPYTHON_SELF_ATTENTION = """
-%matplotlib inline
-!echo projecting
-
-class Projection:
-    def __init__(self, W):
-        self.W = W
-
-    def __call__(self, x):
-        return x @ self.W
-
-def self_attention(x, W_q, W_k, W_v, mask=None):
-    q, k, v = (Projection(W)(x) for W in (W_q, W_k, W_v))
-    return scaled_dot_product_attention(q, k, v, mask)
-"""
-HONEST_SDPA = HONEST_ATTENTION.split("def self_attention")[0]
-SMUGGLING_SOFTMAX = HONEST_SOFTMAX.replace(
-    "def softmax(x, dim=-1):",
-    "def softmax(x, dim=-1, kv=None):\n    if kv is not None:\n        return F.scaled_dot_product_attention(x, *kv)",
-)
-SMUGGLED_SELF_ATTENTION = """
-def self_attention(x, W_q, W_k, W_v, mask=None):
-    q, k, v = x @ W_q, x @ W_k, x @ W_v
-    w = scaled_dot_product_attention(q, k, v, mask)[1]
-    return softmax(q, kv=(k, v, mask)), w
-"""
+HONEST_ATTENTION = HONEST_SDPA + HONEST_SELF_ATTENTION
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +54,12 @@ def _functions(rec) -> dict:
             ["scaled_dot_product_attention", "self_attention"],
         ),
         (
-            [SETUP, FORBIDDEN_SOFTMAX, HONEST_SDPA, IPYTHON_SELF_ATTENTION],
+            [SETUP, FORBIDDEN_SOFTMAX, HONEST_SDPA, HONEST_WITH_IPYTHON],
             "02_self_attention",
             "softmax",
             ["scaled_dot_product_attention", "self_attention"],
         ),
-        ([SETUP, FORBIDDEN_LAYER_NORM], "05_layer_norm", "layer_norm", ["add_and_norm"]),
+        ([SETUP, FORBIDDEN_LAYER_NORM, HONEST_ADD_AND_NORM], "05_layer_norm", "layer_norm", ["add_and_norm"]),
     ],
     ids=["softmax", "softmax-ipython-caller", "layer_norm"],
 )
