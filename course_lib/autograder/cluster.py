@@ -16,9 +16,9 @@ Start workers with one thread each, for example::
 
 A task carries a few notebooks (:func:`chunk_size`: the scheduler spends about 10 ms of CPU on
 each task), no two of one student's, and a task held by a slow notebook is split: the
-notebooks it has not started are sent again as tasks of their own (:mod:`.pacing`). Each task
-tells the client which notebook it starts (an event on :data:`TOPIC`), for the split and the
-progress line. A worker that dies takes its tasks with it; the scheduler gives them to another
+notebooks it has not started are sent again as tasks of their own (:mod:`.pacing`). A task
+tells the client of a notebook that has run a while, and of its end (events on :data:`TOPIC`),
+for the split and the progress line. A worker that dies takes its tasks with it; the scheduler gives them to another
 worker. A task that kills workers repeatedly (Dask's ``distributed.scheduler.allowed-failures``,
 3 by default) comes back as ``KilledWorker``: its notebooks are sent again one a task, and a
 notebook that fails on its own again, alone on the cluster, is recorded as failed with that
@@ -32,6 +32,7 @@ import itertools
 import os
 import queue
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -40,14 +41,15 @@ from typing import Any
 
 from distributed import Event, WorkerPlugin
 
-from .pacing import NO_WATCH, Watch, split_after, spread
+from .pacing import NO_WATCH, Watch, announce_after, split_after, spread
 from .record import Record
 from .sandbox import Limits, Runner
 
 __all__ = ["GraderPlugin", "grade_on_worker", "grade_in_task", "grade_on_cluster", "chunk_size", "PLUGIN_NAME", "TOPIC"]
 
 PLUGIN_NAME = "course-lib-grader"
-#: The topic of the events a task logs as it starts each notebook (``{"key": ..., "at": i}``).
+#: The topic of the events a task logs about a slow notebook: ``{"key": ..., "at": i}`` once it
+#: has run :func:`.pacing.announce_after` seconds, then with ``"done": True`` when it ends.
 TOPIC = "course-lib-grading"
 _MAX_CHUNK = 8  # notebooks a task
 
@@ -142,28 +144,52 @@ def grade_on_worker(batch: list[tuple[bytes, str]], seed: int | None) -> list[tu
 def grade_in_task(
     batch: list[tuple[bytes, str]], grade: Callable[[bytes, str], tuple[Record, float]], limits: Limits
 ) -> list[tuple[Record, float] | str | None]:
-    """Grade ``batch`` in this task, one notebook after another, telling the client (an event
-    on :data:`TOPIC`) which one it starts; for each, the record and the seconds it took, or why
-    it could not be graded (``grade`` raised RuntimeError: its grading process died), or None
-    for the notebooks it left: after a notebook that ran long (:func:`.pacing.split_after`) it
-    stops if the client has sent the rest of the task again (:func:`grade_on_cluster`)."""
+    """Grade ``batch`` in this task, one notebook after another, telling the client (events on
+    :data:`TOPIC`) of each that runs :func:`.pacing.announce_after` seconds and of its end; for
+    each, the record and the seconds it took, or why it could not be graded (``grade`` raised
+    RuntimeError: its grading process died), or None for the notebooks it left: after a notebook
+    the client heard of, it stops if the client has sent the rest of the task again
+    (:func:`grade_on_cluster`)."""
     from distributed import get_worker
 
     worker = get_worker()
     key = str(worker.get_current_task())
-    slow = split_after(limits) / 2  # the client measures from when it hears of the start
     out: list[tuple[Record, float] | str | None] = []
     for i, (data, assignment) in enumerate(batch):
-        worker.log_event(TOPIC, {"key": key, "at": i})
-        t0 = time.monotonic()
-        try:
-            out.append(grade(data, assignment))
-        except RuntimeError as e:
-            out.append(f"RuntimeError: {e}")
+        with _Announce(worker, {"key": key, "at": i}, announce_after(limits)) as announced:
+            try:
+                out.append(grade(data, assignment))
+            except RuntimeError as e:
+                out.append(f"RuntimeError: {e}")
         rest = len(batch) - i - 1
-        if rest and time.monotonic() - t0 >= slow and Event(_split_event(key)).is_set():
+        if rest and announced.is_set() and Event(_split_event(key)).is_set():
             return out + [None] * rest
     return out
+
+
+class _Announce:
+    """Log ``msg`` on :data:`TOPIC` once the notebook has run ``after`` seconds, and
+    ``msg | {"done": True}`` when it ends if it was: the client hears of slow notebooks only
+    (an event for each notebook cost the scheduler about 1 ms)."""
+
+    def __init__(self, worker: Any, msg: dict[str, Any], after: float):
+        self.worker, self.msg, self.sent = worker, msg, threading.Event()
+        self.timer = threading.Timer(after, self._send)
+        self.timer.daemon = True
+
+    def _send(self) -> None:
+        self.worker.log_event(TOPIC, self.msg)
+        self.sent.set()
+
+    def __enter__(self) -> threading.Event:
+        self.timer.start()
+        return self.sent
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+        self.timer.join()
+        if self.sent.is_set():
+            self.worker.log_event(TOPIC, {**self.msg, "done": True})
 
 
 def _split_event(key: str) -> str:
@@ -211,19 +237,19 @@ def grade_on_cluster(
         info = client.run(_describe_runner)
         isolation, memory = next(iter(info.values()), ("unknown", "unknown"))
         size = chunk or chunk_size(len(jobs), len(info))
-        run = _ClusterRun(client, jobs, seed, task, save, failed, watch or NO_WATCH, split_after(plugin.limits))
+        run = _ClusterRun(client, jobs, seed, task, save, failed, watch or NO_WATCH, plugin.limits)
         run.grade(spread(jobs, size, lambda job: job.submission.student))
     return isolation, memory
 
 
 @dataclass
 class _Task:
-    """A task sent: its key, its jobs (indices), the one it is grading and since when (as this
-    process heard), and whether its jobs after that one were sent again."""
+    """A task sent: its key, its jobs (indices), the slow one it is grading (None: none) and
+    since when (as this process heard), and whether its jobs after that one were sent again."""
 
     key: str
     group: list[int]
-    at: int = -1
+    at: int | None = None
     since: float = 0.0
     split: bool = False
 
@@ -240,16 +266,18 @@ class _ClusterRun:
         save: Callable[[Any, Record, float], None],
         failed: Callable[[Any, str], Record],
         watch: Watch,
-        split_seconds: float,
+        limits: Limits,
     ):
         self.client, self.jobs, self.seed, self.task = client, jobs, seed, task
-        self._save, self.failed, self.watch, self.split_seconds = save, failed, watch, split_seconds
+        self._save, self.failed, self.watch, self.split_seconds = save, failed, watch, split_after(limits)
+        self.announced = announce_after(limits)
         self.tasks: dict[Any, _Task] = {}  # by future
         self.by_key: dict[str, _Task] = {}
+        self.running: dict[str, _Task] = {}  # by key: those grading a slow notebook
         self.saved: set[int] = set()
         self.spares: dict[int, Any] = {}  # job -> the future of its own task, sent by a split
         self.split_keys: list[str] = []
-        self.events: queue.SimpleQueue[tuple[str, int, float]] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[tuple[str, int, bool, float]] = queue.SimpleQueue()
         self.token, self.sent = uuid.uuid4().hex[:12], itertools.count()  # every task its own key
         self.pending: Any = None  # the as_completed of the tasks sent
 
@@ -284,29 +312,35 @@ class _ClusterRun:
                 Event(_split_event(key), client=self.client).clear()  # the scheduler forgets it
 
     def _heard(self, event: tuple[float, Any]) -> None:
-        """In the client's event loop: a task started a notebook."""
+        """In the client's event loop: a task's notebook has run a while, or ended."""
         msg = event[1]
         if isinstance(msg, dict) and isinstance(msg.get("key"), str) and isinstance(msg.get("at"), int):
-            self.events.put((msg["key"], msg["at"], time.monotonic()))
+            self.events.put((msg["key"], msg["at"], bool(msg.get("done")), time.monotonic() - self.announced))
 
     def _follow(self) -> None:
-        """Note which notebook each task grades now (the watch is told); split those held."""
+        """Note which slow notebook each task grades now (the watch is told); split those held."""
         while not self.events.empty():
-            key, at, when = self.events.get()
+            key, at, done, since = self.events.get()
             t = self.by_key.get(key)
-            if t is not None and t.at < at < len(t.group):
-                if t.at >= 0:
-                    self.watch.finished(self.jobs[t.group[t.at]])
-                t.at, t.since = at, when
+            if t is None or not 0 <= at < len(t.group):
+                continue
+            if t.at is not None:
+                self.watch.finished(self.jobs[t.group[t.at]])
+            t.at, t.since = (None, 0.0) if done else (at, since)
+            if done:
+                self.running.pop(key, None)
+            else:
+                self.running[key] = t
                 self.watch.began(self.jobs[t.group[at]])
         now = time.monotonic()
-        for t in list(self.by_key.values()):
-            if not t.split and 0 <= t.at < len(t.group) - 1 and now - t.since > self.split_seconds:
+        for t in list(self.running.values()):
+            if not t.split and t.at is not None and t.at < len(t.group) - 1 and now - t.since > self.split_seconds:
                 self._split(t)
 
     def _split(self, t: _Task) -> None:
         """Send ``t``'s jobs after the one it grades again, a task each, ahead of the queue;
         tell it to stop after that one."""
+        assert t.at is not None
         t.split = True
         self.split_keys.append(t.key)
         Event(_split_event(t.key), client=self.client).set()
@@ -323,7 +357,8 @@ class _ClusterRun:
             future.release()
             return []
         del self.by_key[t.key]
-        if t.at >= 0:
+        self.running.pop(t.key, None)
+        if t.at is not None:
             self.watch.finished(self.jobs[t.group[t.at]])
         try:
             results = future.result()
@@ -356,7 +391,9 @@ class _ClusterRun:
         self.saved.add(j)
         spare = self.spares.pop(j, None)
         if spare is not None and spare is not source and spare in self.tasks:  # not needed now
-            self.by_key.pop(self.tasks.pop(spare).key, None)
+            key = self.tasks.pop(spare).key
+            self.by_key.pop(key, None)
+            self.running.pop(key, None)
             spare.cancel()
         job = self.jobs[j]
         self.watch.finished(job)
@@ -372,7 +409,9 @@ class _ClusterRun:
             results = future.result()
         except Exception as e:  # noqa: BLE001
             results = [f"{type(e).__name__}: {e}"]
-        del self.by_key[self.tasks.pop(future).key]
+        key = self.tasks.pop(future).key
+        self.by_key.pop(key, None)
+        self.running.pop(key, None)
         self._save_all([j], results, future)
         future.release()
 

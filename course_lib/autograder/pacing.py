@@ -28,7 +28,9 @@ from .sandbox import Limits
 __all__ = [
     "SPLIT_SECONDS",
     "SHOW_AFTER",
+    "ANNOUNCE_SECONDS",
     "split_after",
+    "announce_after",
     "spread",
     "label",
     "Watch",
@@ -42,11 +44,19 @@ __all__ = [
 SPLIT_SECONDS = 5.0
 #: The progress line names a notebook once it has run this long.
 SHOW_AFTER = 2.0
+#: A Dask task tells the client of a notebook once it has run this long (or half of
+#: :func:`split_after`, if less), and again when it ends.
+ANNOUNCE_SECONDS = 1.0
 
 
 def split_after(limits: Limits) -> float:
     """Seconds a notebook may run before the rest of its Dask task is sent elsewhere."""
     return min(SPLIT_SECONDS, limits.submission_seconds / 4)
+
+
+def announce_after(limits: Limits) -> float:
+    """Seconds a notebook runs on a Dask worker before the client hears of it."""
+    return min(ANNOUNCE_SECONDS, split_after(limits) / 2)
 
 
 def spread(jobs: Sequence[Any], size: int, student: Callable[[Any], Hashable]) -> list[list[int]]:
@@ -166,14 +176,14 @@ class Progress(Running):
     def done(self, job: Any) -> None:
         """A job's record is saved: count it."""
         self.finished(job)
+        self._show(refresh=False)
         self.bar.update(1)
-        self._show()
 
-    def _show(self) -> None:
+    def _show(self, refresh: bool = True) -> None:
         text = self.waiting_on()
         if text != self._shown or text:
             self._shown = text
-            self.bar.set_postfix_str(text, refresh=True)
+            self.bar.set_postfix_str(text, refresh=refresh)
 
     def _tick(self, every: float) -> None:
         while not self._stop.wait(every):
