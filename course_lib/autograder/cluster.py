@@ -156,7 +156,7 @@ def grade_in_task(
     key = str(worker.get_current_task())
     out: list[tuple[Record, float] | str | None] = []
     for i, (data, assignment) in enumerate(batch):
-        with _Announce(worker, {"key": key, "at": i}, announce_after(limits)) as announced:
+        with _Announce(worker, {"key": key, "at": i, "worker": worker.address}, announce_after(limits)) as announced:
             try:
                 out.append(grade(data, assignment))
             except RuntimeError as e:
@@ -252,6 +252,7 @@ class _Task:
     at: int | None = None
     since: float = 0.0
     split: bool = False
+    worker: str = ""  # where the slow one runs
 
 
 class _ClusterRun:
@@ -277,14 +278,16 @@ class _ClusterRun:
         self.saved: set[int] = set()
         self.spares: dict[int, Any] = {}  # job -> the future of its own task, sent by a split
         self.split_keys: list[str] = []
-        self.events: queue.SimpleQueue[tuple[str, int, bool, float]] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[tuple[str, int, bool, float, str]] = queue.SimpleQueue()
         self.token, self.sent = uuid.uuid4().hex[:12], itertools.count()  # every task its own key
         self.pending: Any = None  # the as_completed of the tasks sent
 
-    def send(self, group: list[int], priority: int = 0) -> Any:
+    def send(self, group: list[int], priority: int = 0, workers: list[str] | None = None) -> Any:
+        """Submit ``group`` as a task (``workers``: where it should go, if any is free)."""
         key = f"grade-{self.token}-{next(self.sent)}"
         batch = [(self.jobs[j].data, self.jobs[j].assignment) for j in group]
-        future = self.client.submit(self.task, batch, self.seed, pure=False, key=key, priority=priority)
+        where = {"workers": workers, "allow_other_workers": True} if workers else {}
+        future = self.client.submit(self.task, batch, self.seed, pure=False, key=key, priority=priority, **where)
         self.tasks[future] = self.by_key[key] = _Task(key, group)
         return future
 
@@ -315,18 +318,19 @@ class _ClusterRun:
         """In the client's event loop: a task's notebook has run a while, or ended."""
         msg = event[1]
         if isinstance(msg, dict) and isinstance(msg.get("key"), str) and isinstance(msg.get("at"), int):
-            self.events.put((msg["key"], msg["at"], bool(msg.get("done")), time.monotonic() - self.announced))
+            since = time.monotonic() - self.announced
+            self.events.put((msg["key"], msg["at"], bool(msg.get("done")), since, str(msg.get("worker", ""))))
 
     def _follow(self) -> None:
         """Note which slow notebook each task grades now (the watch is told); split those held."""
         while not self.events.empty():
-            key, at, done, since = self.events.get()
+            key, at, done, since, worker = self.events.get()
             t = self.by_key.get(key)
             if t is None or not 0 <= at < len(t.group):
                 continue
             if t.at is not None:
                 self.watch.finished(self.jobs[t.group[t.at]])
-            t.at, t.since = (None, 0.0) if done else (at, since)
+            t.at, t.since, t.worker = (None, 0.0, "") if done else (at, since, worker)
             if done:
                 self.running.pop(key, None)
             else:
@@ -344,9 +348,11 @@ class _ClusterRun:
         t.split = True
         self.split_keys.append(t.key)
         Event(_split_event(t.key), client=self.client).set()
+        slow = {r.worker for r in self.running.values() if r.at is not None}
+        others = [w for w in self.client.scheduler_info()["workers"] if w not in slow]  # not behind a slow one
         for j in t.group[t.at + 1 :]:
             if j not in self.saved and j not in self.spares:
-                self.spares[j] = self.send([j], priority=1)
+                self.spares[j] = self.send([j], priority=1, workers=others)
                 self.pending.add(self.spares[j])
 
     def _finished(self, future: Any) -> list[int]:
