@@ -6,7 +6,8 @@
   every record.
 
 Each grades a list of :class:`Job` and hands every record to ``save`` in this process, as it
-comes back; each returns the runners' isolation and memory limit.
+comes back, tells a :class:`.pacing.Watch` (the progress line) when each starts and stops
+running, and returns the runners' isolation and memory limit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from ..grading.registry import exercises_of
 from .autograde import failed_record, grade_or_fail
+from .pacing import NO_WATCH, Watch
 from .pool import grade_in_processes
 from .record import Record
 from .sandbox import Limits, Runner
@@ -55,9 +57,9 @@ Save = Callable[[Job, Record, float], None]
 class Backend(Protocol):
     """Grades jobs somewhere and hands each record back here."""
 
-    def run(self, jobs: Sequence[Job], save: Save) -> tuple[str, str]:
-        """Grade ``jobs``, ``save`` each record as it comes back; the runners' isolation and
-        memory limit."""
+    def run(self, jobs: Sequence[Job], save: Save, watch: Watch | None = None) -> tuple[str, str]:
+        """Grade ``jobs``, ``save`` each record as it comes back (``watch`` is told when each
+        starts and stops running); the runners' isolation and memory limit."""
         ...
 
 
@@ -80,13 +82,16 @@ class InProcess:
     runners: _Runners
     seed: int | None
 
-    def run(self, jobs: Sequence[Job], save: Save) -> tuple[str, str]:
+    def run(self, jobs: Sequence[Job], save: Save, watch: Watch | None = None) -> tuple[str, str]:
+        watch = watch or NO_WATCH
         with _one_torch_thread():
             runner = self.runners.start(0)
             try:
                 for job in jobs:
                     t0 = time.perf_counter()
+                    watch.began(job)
                     record = grade_or_fail(runner, job.data, job.assignment, self.seed, job.digest)
+                    watch.finished(job)
                     save(job, record, time.perf_counter() - t0)
             finally:
                 runner.close()
@@ -101,9 +106,11 @@ class ForkPool:
     seed: int | None
     processes: int
 
-    def run(self, jobs: Sequence[Job], save: Save) -> tuple[str, str]:
+    def run(self, jobs: Sequence[Job], save: Save, watch: Watch | None = None) -> tuple[str, str]:
         with _one_torch_thread():
-            return grade_in_processes(jobs, self.processes, self.runners.start, self._grade, save, self._lost)
+            return grade_in_processes(
+                jobs, self.processes, self.runners.start, self._grade, save, self._lost, watch=watch
+            )
 
     def _grade(self, runner: Runner, job: Job) -> Record:
         return grade_or_fail(runner, job.data, job.assignment, self.seed, job.digest)
@@ -121,13 +128,15 @@ class Dask:
     scheduler: str
     chunk: int | None
 
-    def run(self, jobs: Sequence[Job], save: Save) -> tuple[str, str]:
+    def run(self, jobs: Sequence[Job], save: Save, watch: Watch | None = None) -> tuple[str, str]:
         try:
             from .cluster import GraderPlugin, grade_on_cluster
         except ImportError:
             raise ValueError("--scheduler needs Dask's distributed: pip install 'course-lib[cluster]'") from None
         plugin = GraderPlugin(self.runners.sandbox, self.runners.limits, self.runners.hide)
-        return grade_on_cluster(self.scheduler, jobs, self.seed, plugin, save, self._failed, chunk=self.chunk)
+        return grade_on_cluster(
+            self.scheduler, jobs, self.seed, plugin, save, self._failed, chunk=self.chunk, watch=watch
+        )
 
     def _failed(self, job: Job, reason: str) -> Record:
         # isolation "none": what the cluster's failed records have said since the start

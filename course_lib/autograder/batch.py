@@ -19,7 +19,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..grading.registry import ASSIGNMENTS
 from .autograde import checker_version, failed_record, failure_reason, refused_record, sha256
@@ -30,6 +30,7 @@ from .deadlines import LatePolicy
 from .gradebook import Gradebook
 from .identity import identity, unmatched_timestamps
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError
+from .pacing import Progress
 from .record import Record
 from .ungraded import UngradedFile, from_manifest, save_ungraded
 
@@ -227,7 +228,7 @@ class Recorder:
 
     def __init__(self, book: Gradebook, checker: str, summary: Summary, times: dict[tuple[str, str], str]):
         self.book, self.checker, self.summary, self.times = book, checker, summary, times
-        self.bar: Any = None  # a progress bar, updated for every graded job
+        self.bar: Progress | None = None  # the progress line, updated for every graded job
 
     def stamp(self, sub: Submission, record: Record, previous: str | None = None) -> Record:
         """The record with its submission time (``previous`` where ``times`` has none) and its
@@ -244,7 +245,7 @@ class Recorder:
         """Store a graded job's record (:meth:`store`) and show the progress."""
         self.store(job.submission, record, seconds)
         if self.bar is not None:
-            self.bar.update(1)
+            self.bar.done(job)
 
     def store(self, sub: Submission, record: Record, seconds: float) -> None:
         """Store a record; if that fails, store the failure; count either way."""
@@ -327,12 +328,10 @@ def grade_all(submissions: str | Path, db: str | Path, config: GradeConfig, out:
         chunk=config.chunk,
     )
     if config.progress and work:
-        from tqdm.auto import tqdm
-
-        recorder.bar = tqdm(total=len(work), desc="grading", unit="nb", file=sys.stderr, ascii=True)
+        recorder.bar = Progress(len(work), sys.stderr)
     start = time.perf_counter()
     try:
-        summary.isolation, summary.memory = backend.run(work, recorder.save)
+        summary.isolation, summary.memory = backend.run(work, recorder.save, recorder.bar)
     finally:
         if recorder.bar is not None:
             recorder.bar.close()

@@ -24,6 +24,7 @@ from .cli_history import add_history, add_override, add_resolve, require_gradebo
 
 if TYPE_CHECKING:
     from .deadlines import LatePolicy
+    from .sandbox import Limits
 
 #: The --sandbox option's help, shared by ``grade`` and ``check``.
 _SANDBOX_HELP = (
@@ -120,6 +121,13 @@ def _add_limit_options(p: argparse.ArgumentParser) -> None:
         help="wall-clock time for a whole notebook, cells and calls (default: 60)",
     )
     p.add_argument(
+        "--cell-seconds",
+        type=float,
+        default=None,
+        help="wall-clock time for one code cell; a cell over it is stopped with an error and the rest of "
+        "the notebook still runs (default: half of --submission-seconds)",
+    )
+    p.add_argument(
         "--memory-mb",
         type=int,
         default=1024,
@@ -176,15 +184,29 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _limits(args: argparse.Namespace) -> Limits:
+    """``grade``'s limits (a ValueError names the argument at fault)."""
+    from .sandbox import Limits
+
+    try:
+        cell = Limits(cell_seconds=args.cell_seconds).cell_seconds
+    except ValueError as err:
+        raise ValueError(f"--cell-seconds: {err}") from None
+    return Limits(
+        call_seconds=args.call_seconds,
+        submission_seconds=args.submission_seconds,
+        memory_mb=args.memory_mb,
+        cell_seconds=cell,
+    )
+
+
 def _cmd_grade(args: argparse.Namespace) -> int:
     from .batch import grade_all
     from .config import GradeConfig
-    from .sandbox import Limits, SandboxUnavailable
+    from .sandbox import SandboxUnavailable
 
-    limits = Limits(
-        call_seconds=args.call_seconds, submission_seconds=args.submission_seconds, memory_mb=args.memory_mb
-    )
     try:
+        limits = _limits(args)
         policy, times = _late_options(args)
         config = GradeConfig(
             jobs=args.jobs,

@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import Any
 
+from .pacing import NO_WATCH, Watch
 from .record import Record
 from .sandbox import isolation as iso
 
@@ -242,9 +243,11 @@ def grade_in_processes(
     grade: Callable[[Any, Any], Record],
     save: Callable[[Any, Record, float], None],
     lost: Callable[[Any, str, str], Record],
+    watch: Watch | None = None,
 ) -> tuple[str, str]:
     """Grade ``jobs`` in ``processes`` forked grading processes; ``save(job, record, seconds)``
-    each record here as it comes back.
+    each record here as it comes back. Each process asks for its next job as soon as it is
+    done, so a slow job holds only its own process, never the records of the others.
 
     Args:
         jobs: what to grade, read by index in the children (forked: never sent).
@@ -256,6 +259,7 @@ def grade_in_processes(
         save: called here, in the order the records come back.
         lost: ``lost(job, reason, isolation)`` -> the record of a job whose grading process
             died (``isolation``: that process's runner's).
+        watch: told when a job is handed to a process and when its record is back.
 
     Returns:
         The runners' isolation and memory limit, as the first process to start reports them.
@@ -270,6 +274,7 @@ def grade_in_processes(
     todo.reverse()  # popped from the end: in order
     described: tuple[str, str] | None = None
     idle_deaths = 0
+    watch = watch or NO_WATCH
     running: dict[Any, GradingProcess] = {}  # by its connection
 
     def fork(slot: int) -> None:
@@ -288,6 +293,7 @@ def grade_in_processes(
                     reason = p.end()
                     p.conn.close()
                     if p.job is not None:  # it took a job with it: every death ends a job
+                        watch.finished(jobs[p.job])
                         save(jobs[p.job], lost(jobs[p.job], reason, p.isolation), 0.0)
                     else:  # it died starting: not forever
                         idle_deaths += 1
@@ -303,9 +309,12 @@ def grade_in_processes(
                 else:  # done
                     _, i, record, seconds = message
                     idle_deaths = 0
+                    watch.finished(jobs[i])
                     save(jobs[i], record, seconds)
                 if todo:
-                    p.give(todo.pop())
+                    i = todo.pop()
+                    watch.began(jobs[i])
+                    p.give(i)
                 else:
                     del running[p.conn]
                     p.stop()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from course_lib.autograder import pacing
 from course_lib.autograder.autograde import failed_record
 from course_lib.autograder.backends import Job
 from course_lib.autograder.batch import Submission, grade_all
@@ -26,6 +27,7 @@ from course_lib.autograder.cluster import GraderPlugin, chunk_size, grade_on_clu
 from course_lib.autograder.config import GradeConfig
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.record import Record
+from course_lib.autograder.sandbox import Limits
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -226,3 +228,76 @@ def test_a_chunk_that_is_not_a_positive_int_is_refused_before_anything_is_graded
     for bad in (0, -1, 2.5):
         with pytest.raises(ValueError, match="chunk must be an int >= 1"):
             GradeConfig(scheduler="tcp://127.0.0.1:1", chunk=bad)  # type: ignore[arg-type]
+
+
+def _notebook(assignment: str, extra: str = "") -> str:
+    """The solution notebook of ``assignment``, with one more code cell if ``extra``."""
+    nb = json.loads((ROOT / "solutions" / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+    if extra:
+        nb["cells"].append(
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": extra}
+        )
+    return json.dumps(nb)
+
+
+def test_one_students_two_infinite_loops_cost_one_timeout_and_the_progress_line_names_them(
+    cluster, tmp_path, monkeypatch, capsys
+):
+    subs = tmp_path / "subs"
+    (subs / "s0").mkdir(parents=True)
+    for assignment in (A, "05_layer_norm"):  # each cell stopped after 2 s, in each of its 2 phases
+        (subs / "s0" / f"{assignment}.ipynb").write_text(_notebook(assignment, "while True:\n    pass\n"))
+    for i in range(1, 5):
+        (subs / f"s{i}").mkdir()
+        (subs / f"s{i}" / f"{A}.ipynb").write_text(_notebook(A))
+    monkeypatch.setattr(pacing, "SHOW_AFTER", 1.0)
+    began: dict[str, float] = {}  # when this process heard that a notebook had run a while
+    heard = pacing.Progress.began
+
+    def began_at(self, job):
+        began.setdefault(pacing.label(job), time.monotonic())
+        heard(self, job)
+
+    monkeypatch.setattr(pacing.Progress, "began", began_at)
+    config = GradeConfig(sandbox="auto", limits=Limits(submission_seconds=4.0), scheduler=cluster.address, chunk=3)
+    summary = grade_all(subs, tmp_path / "book.sqlite", config)  # tasks of 3: not [s0, s0, s1]
+    assert summary.graded == 6 and not summary.failed
+    with Gradebook(tmp_path / "book.sqlite") as book:
+        rows = {(s, r.assignment): r for s, r in book.rows()}
+        took = {a: t for s, a, t in book.conn.execute("SELECT student, assignment, seconds FROM results") if s == "s0"}
+    assert all(rows[(f"s{i}", A)].score == rows[(f"s{i}", A)].max_score for i in range(1, 5))  # every honest one
+    assert all(r.messages and "stopped after 2 s" in r.messages[0] for (s, _), r in rows.items() if s == "s0")
+    (first, first_took), (second, _) = sorted((began[f"s0/{a}"], took[a]) for a in took)
+    assert first_took >= 2.0 and second - first < first_took / 2  # side by side, not one after the other
+    err = capsys.readouterr().err
+    assert "waiting on s0/02_self_attention (" in err or "waiting on s0/05_layer_norm (" in err
+
+
+def test_a_task_held_by_a_slow_notebook_is_split_and_its_other_notebooks_are_graded_elsewhere(cluster):
+    def task(batch, seed):  # a stand-in for the grading: 3 s for the slow notebook, none for the others
+        from course_lib.autograder.autograde import refused_record
+        from course_lib.autograder.cluster import grade_in_task
+
+        def grade(data, assignment):
+            time.sleep(3.0 if data == b"slow" else 0.05)
+            return refused_record(assignment, data.decode()), 0.0
+
+        return grade_in_task(batch, grade, Limits(submission_seconds=4.0))
+
+    students = ["slow", "h1", "h2", "h3", "h4", "h5"]
+    jobs = [Job(Submission(s, A, Path(f"{s}.ipynb")), s.encode(), s * 10) for s in students]
+    saved: list[str] = []
+    t0 = time.monotonic()
+    grade_on_cluster(
+        cluster.address,
+        jobs,
+        None,
+        GraderPlugin("auto", Limits(submission_seconds=4.0)),  # split after 1 s
+        lambda job, record, seconds: saved.append(job.submission.student),
+        lambda job, reason: failed_record(job.assignment, reason, job.digest),
+        task=task,
+        chunk=3,  # [slow, h1, h2] and [h3, h4, h5]
+    )
+    assert sorted(saved) == sorted(students)  # each once
+    assert saved[-1] == "slow"  # h1 and h2 did not wait for it
+    assert time.monotonic() - t0 < 3.0 + 10.0

@@ -9,6 +9,7 @@ answers are asked of the job's :class:`StandIns` hook, which the autograder supp
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,16 @@ class Limits:
     output_bytes: int = 1_000_000  # stdout+stderr kept / file size limit
     scratch_mb: int = 64  # size of the writable scratch tmpfs
     cell_seconds: float | None = None  # one cell, wall clock; None: half the submission limit
+
+    def __post_init__(self) -> None:
+        cell = self.cell_seconds
+        if cell is not None and (
+            isinstance(cell, bool) or not isinstance(cell, int | float) or not 0 < cell < math.inf
+        ):
+            raise ValueError(
+                f"cell_seconds must be a finite number of seconds > 0 (or None: half of submission_seconds), "
+                f"got {cell!r}"
+            )
 
 
 @dataclass
