@@ -9,11 +9,15 @@ Subcommands for learners (this module):
 
 Subcommands for instructors (:mod:`course_lib.autograder.cli`):
     assign    write the student notebooks (exercises/) from the solution notebooks (solutions/)
+    release   per-assignment student bundles: the notebook and a self-check without reference code
+    collect   an LMS download (Canvas, Moodle, Gradescope, folders) into SUBMISSIONS/<student>/<NN_slug>.ipynb
     grade     grade a class's notebooks (SUBMISSIONS/<student>/<NN_slug>.ipynb) into a gradebook
     check     grade one notebook locally, with the same checks, and print the feedback
-    export    write the gradebook as a CSV, a Canvas gradebook import, a wide table, or Gradescope results.json files
+    export    the gradebook as a CSV, a Canvas gradebook import, a wide table, Gradescope results.json
+              files, or Gradescope's autograder.zip
     feedback  write a feedback report per student (Markdown or HTML)
     report    the class report: scores, mistakes, items, look-alike submissions, answers (HTML site or Markdown)
+    history, override, resolve: a submission's history and the instructor's changes to its score
 """
 
 from __future__ import annotations
