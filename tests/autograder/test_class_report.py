@@ -663,6 +663,8 @@ def test_the_md_format_prints_the_same_top_numbers(site, gradebook, capsys):
     assert f"full marks {s['full_marks']}, zero {s['zero']}, late {s['late']}" in text
     top = max((m for f in a["mistakes"] for m in f["named"]), key=lambda m: m["count"])
     assert f"- {top['count']} ({100 * top['share']:.1f}%)" in text
+    fn = next(f["function"] for f in a["mistakes"] if top in f["named"])
+    assert f"%) `{fn}`: " in text  # a code span is verbatim in CommonMark: no backslash before `_`
     assert "bo ~ dee" in text and "eve ~ the reference solution" in text
     assert "<script>" not in text
 

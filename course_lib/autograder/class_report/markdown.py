@@ -3,13 +3,15 @@
 Per assignment: the scores, the most common named mistakes, the flagged items and the most
 similar look-alike pairs, the same numbers as ``data.json``. Student text is escaped with
 :func:`~course_lib.autograder.untrusted_text.markdown_escape` (one line, no control characters, so no
-terminal escape sequence from a submission reaches the screen).
+terminal escape sequence from a submission reaches the screen); the functions' names and the
+rubric's mistakes are CommonMark (a code span verbatim, no backslash inside it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...grading.rendering import md_code, md_inline
 from ..untrusted_text import markdown_escape
 
 __all__ = ["summary_markdown", "TOP"]
@@ -51,14 +53,14 @@ def summary_markdown(data: dict[str, Any]) -> str:
         if named:
             lines.append("- top mistakes:")
             lines += [
-                f"  - {m['count']} ({_pct(m['share'])}) `{markdown_escape(fn)}`: {markdown_escape(m['mistake'])}"
+                f"  - {m['count']} ({_pct(m['share'])}) {md_code(fn)}: {md_inline(m['mistake'])}"
                 for m, fn in named[:TOP]
             ]
         flagged = [it for it in a["items"] if it["flags"]]
         if flagged:
             lines.append(f"- flagged items ({len(flagged)}):")
             lines += [
-                f"  - `{markdown_escape(it['function'])}` {markdown_escape(it['test'])}: pass rate "
+                f"  - {md_code(it['function'])} {markdown_escape(it['test'])}: pass rate "
                 f"{_pct(it['pass_rate'])}, discrimination {_num(it['discrimination'])} ({', '.join(it['flags'])})"
                 for it in flagged
             ]
