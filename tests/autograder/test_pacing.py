@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_pool import _Stub
 
 from course_lib.autograder import autograde, pacing
 from course_lib.autograder.autograde import refused_record, sha256
@@ -98,16 +99,6 @@ def test_the_progress_line_names_the_notebook_that_has_run_longest():
 def test_a_students_folder_name_cannot_draw_on_the_instructors_terminal():
     assert label(_Job(_Sub("eve\x1b[2J\x1b[31m"))) == "eve\\x1b[2J\\x1b[31m/02_self_attention"
     assert len(label(_Job(_Sub("x" * 200)))) == 60
-
-
-class _Stub:
-    isolation, memory_limit = "stub", "none"
-
-    def __init__(self, slot: int):
-        self.slot = slot
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_slow_job_holds_only_its_own_grading_process_and_the_line_names_it():
