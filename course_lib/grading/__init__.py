@@ -105,12 +105,12 @@ def check(fn: Callable[..., Any], name: str | None = None) -> Report:
     callees = live_callees(fn, [n for n in ASSIGNMENTS[assignment_of(name)] if n != name])
     if own.passed or not callees or not isinstance(namespace, dict):
         return own
-    if all(c in namespace and _passes_as_written(namespace[c], c) for c in callees):
+    failing = (c for c in callees if c not in namespace or not _passes_as_written(namespace[c], c))
+    first = next(failing, None)  # lazily: each callee is checked once, and only as far as needed
+    if first is None:
         return own  # the callees are right: the student's own composition is the one to grade
     if is_released():  # no references to stand in: say so, and grade the student's own composition
-        return _without_stand_in(
-            own, [c for c in callees if c not in namespace or not _passes_as_written(namespace[c], c)]
-        )
+        return _without_stand_in(own, [first, *failing])
     references = {c: exercise(c).reference for c in callees}
     with standing_in(namespace, references):
         stand_in = judge(ex, run_calls(fn, ex), source=source)
