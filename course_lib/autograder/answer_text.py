@@ -88,10 +88,16 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _ATTACHMENT = "attachment:"
 
 
-def _validate_link(url: str) -> bool:
-    """Whether markdown-it makes a link (or an image) of ``url``: http(s), mailto, relative, attachment."""
-    scheme = _SCHEME.match(url.strip())
-    return scheme is None or scheme.group(1).lower() in (*_LINK_SCHEMES, "attachment")
+def _safe_link(url: str) -> bool:
+    """Whether a link may lead to ``url``: http(s), mailto or relative (markdown-it has percent-encoded
+    the spaces and control characters a browser would skip, so the scheme is what it reads)."""
+    scheme = _SCHEME.match(url)
+    return scheme is None or scheme.group(1).lower() in _LINK_SCHEMES
+
+
+def _any_link(url: str) -> bool:
+    """markdown-it makes every link and image; the renderers below decide what each becomes."""
+    return True
 
 
 def _render_math(self: Any, tokens: Sequence[Token], idx: int, options: Any, env: Any) -> str:
@@ -114,7 +120,7 @@ def _render_image(self: Any, tokens: Sequence[Token], idx: int, options: Any, en
 def _render_link_open(self: Any, tokens: Sequence[Token], idx: int, options: Any, env: Any) -> str:
     token = tokens[idx]
     href = str(token.attrGet("href") or "")
-    if not _validate_link(href) or href.strip().lower().startswith(_ATTACHMENT):
+    if not _safe_link(href):
         return "<a>"
     return f'<a href="{escape(href, quote=True)}" rel="noopener noreferrer nofollow">'
 
@@ -125,7 +131,7 @@ def _markdown() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False})
     md.use(dollarmath_plugin, allow_labels=False, allow_space=False, allow_digits=False, double_inline=True)
     md.use(texmath_plugin, delimiters="brackets")
-    md.validateLink = _validate_link  # type: ignore[method-assign]
+    md.validateLink = _any_link  # type: ignore[method-assign]
     for rule in ("math_inline", "math_inline_double", "math_block", "math_block_eqno"):
         md.add_render_rule(rule, _render_math)
     md.add_render_rule("image", _render_image)
