@@ -277,6 +277,29 @@ HOSTILE_ID = '<script>alert("id")</script>'
 HOSTILE_TEXT = '</td></tr></table><img src=x onerror=alert(1)><script>alert("answer")</script>'
 
 
+def tiny_png() -> str:
+    """The base64 of a real 2 x 2 PNG (a browser draws it), as Jupyter stores a pasted image."""
+    import base64
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    pixels = zlib.compress(b"\0" + b"\xff\0\0" * 2 + b"\0" + b"\0\0\xff" * 2)
+    head = struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    return base64.b64encode(png).decode()
+
+
+#: An answer with inline and display math and a pasted image (bo's, to the saturation question).
+MATH_ANSWER = (
+    "Dividing by $\\sqrt{D}$ keeps the scores' variance at 1:\n\n"
+    "$$\\operatorname{softmax}\\left(\\frac{q^\\top k}{\\sqrt{D}}\\right)$$\n\n"
+    "![my plot](attachment:image.png)"
+)
+
+
 def split_functions(code: str) -> dict[str, str]:
     return function_sources([code], FUNCTIONS)
 
@@ -344,7 +367,14 @@ def gradebook(tmp_path_factory):
         "ada": record_of(
             correct, split_functions(LOOPS), [{"id": "ch02-nb-mean-shift", "answer": "The mean is not max."}]
         ),
-        "bo": record_of(correct, einsum, [mean_shift]),
+        "bo": record_of(
+            correct,
+            einsum,
+            [
+                mean_shift,
+                {"id": "ch02-nb-saturation", "answer": MATH_ANSWER, "attachments": {"image.png": {"image/png": tiny_png()}}},
+            ],
+        ),
         "cy": record_of(correct, split_functions(MATMUL), [mean_shift]),
         "dee": record_of(
             correct,
@@ -635,6 +665,31 @@ def test_the_answers_of_every_student_are_listed_side_by_side(site):
     assert got == {"ada": "The mean is not max.", "dee": "Exponents can overflow.", HOSTILE_ID: HOSTILE_TEXT}
     assert questions["ch02-nb-mean-shift"]["unanswered"] == 2
     assert "Exponents can overflow." in (out / the(data)["page"]).read_text()
+
+
+def test_questions_and_answers_are_shown_rendered_with_math_as_mathml(site):
+    out, data = site
+    page = (out / the(data)["page"]).read_text(encoding="utf-8")
+    answers = page[page.index('<h2 id="answers">') :]
+    assert '<div class="question"><p><strong>Think about it.</strong> Without scaling' in answers
+    assert answers.count('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">') == 1  # bo's
+    assert "<msqrt>" in answers and "\\sqrt" not in answers and "$" not in answers
+    assert f'<img src="data:image/png;base64,{tiny_png()}" alt="my plot">' in answers
+    assert "img-src 'self' file: data:;" in page
+
+
+def test_data_json_keeps_the_questions_and_answers_as_plain_text(site):
+    out, data = site
+    written = json.loads((out / "data.json").read_text(encoding="utf-8"))
+    questions = {q["id"]: q for q in the(written)["answers"]}
+    assert list(questions)[:4] == ["ch02-nb-mean-shift", "ch02-nb-saturation", "ch02-nb-mask-shape", "ch02-nb-causal-permutation"]
+    assert [q["number"] for q in list(questions.values())[:4]] == [1, 2, 3, 4]
+    saturation = questions["ch02-nb-saturation"]
+    assert saturation["question"].startswith("**Think about it.** Without scaling, the largest weight")
+    bo = next(x for x in saturation["answers"] if x["student"] == "bo")
+    assert bo == {"student": "bo", "answer": MATH_ANSWER, "images": ["image.png"]}
+    text = (out / "data.json").read_text(encoding="utf-8")
+    assert "<math" not in text and tiny_png() not in text
 
 
 # -- the command ------------------------------------------------------------------------------------
