@@ -139,7 +139,9 @@ def _markdown() -> MarkdownIt:
     return md
 
 
-def _attachments_key(attachments: Mapping[str, Mapping[str, str]]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+def _attachments_key(
+    attachments: Mapping[str, Mapping[str, str]],
+) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
     return tuple(
         sorted(
             (str(name), tuple(sorted((str(m), str(d)) for m, d in bundle.items())))
@@ -178,6 +180,8 @@ def render_markdown(text: str, attachments: Mapping[str, Mapping[str, str]] | No
     if not isinstance(text, str):
         raise TypeError(f"text: expected a str, got {type(text).__name__}")
     if attachments is not None and not isinstance(attachments, Mapping):
-        raise TypeError(f"attachments: expected a mapping of name to {{mime: base64}}, got {type(attachments).__name__}")
+        raise TypeError(
+            f"attachments: expected a mapping of name to {{mime: base64}}, got {type(attachments).__name__}"
+        )
     key = _attachments_key(attachments) if attachments else ()
     return _render_with_images(text, key) if key else _render_text(text)

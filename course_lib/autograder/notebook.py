@@ -255,7 +255,7 @@ def _cell_questions(text: str) -> list[tuple[str, str]]:
         end = len(body) if end < 0 else end
         parts.append(("", body[start:end]))
         start = end
-    return parts[:-1] + [("", parts[-1][1] + body[start:])] if parts else []
+    return [*parts[:-1], ("", parts[-1][1] + body[start:])] if parts else []
 
 
 def _asks(text: str) -> bool:

@@ -79,8 +79,10 @@ def test_an_image_in_a_markdown_cell_added_after_the_question_is_kept():
 
 def test_two_answers_of_one_cell_each_keep_the_images_they_show():
     attachments = {"x.png": {"image/png": png()}, "y.png": {"image/png": png(80)}}
-    text = QUESTION_CELL.format(answer="![x](attachment:x.png)", qid="q1") + "\n\n" + QUESTION_CELL.format(
-        answer="![y](attachment:y.png)", qid="q2"
+    text = (
+        QUESTION_CELL.format(answer="![x](attachment:x.png)", qid="q1")
+        + "\n\n"
+        + QUESTION_CELL.format(answer="![y](attachment:y.png)", qid="q2")
     )
     got = think_answers(notebook({"cell_type": "markdown", "metadata": {}, "source": text, "attachments": attachments}))
     assert [sorted(a["attachments"]) for a in got] == [["x.png"], ["y.png"]]
@@ -124,7 +126,9 @@ def test_a_record_with_images_round_trips_through_its_json():
     answers = think_answers(
         notebook(cell("![image.png](attachment:image.png)", attachments={"image.png": {"image/png": png()}}))
     )
-    record = Record(assignment=A, sha256="ab" * 32, status="graded", raw_score=1.0, max_score=2.0, answers=tuple(answers))
+    record = Record(
+        assignment=A, sha256="ab" * 32, status="graded", raw_score=1.0, max_score=2.0, answers=tuple(answers)
+    )
     text = json.dumps(record.to_json())
     again = Record.from_json(json.loads(text))
     assert again == record

@@ -130,7 +130,12 @@ def test_links_with_another_scheme_than_http_or_mailto_lead_nowhere(link):
 def test_http_mailto_and_relative_links_are_kept_with_a_safe_rel():
     html = render_markdown("[a](https://pytorch.org/docs) [b](mailto:me@example.org) [c](notes.md#x) <http://x.org>")
     links = [attrs for tag, attrs in Tags(html).tags if tag == "a"]
-    assert [a["href"] for a in links] == ["https://pytorch.org/docs", "mailto:me@example.org", "notes.md#x", "http://x.org"]
+    assert [a["href"] for a in links] == [
+        "https://pytorch.org/docs",
+        "mailto:me@example.org",
+        "notes.md#x",
+        "http://x.org",
+    ]
     assert all(a["rel"] == "noopener noreferrer nofollow" and "target" not in a for a in links)
 
 

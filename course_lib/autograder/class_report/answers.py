@@ -1,15 +1,20 @@
 """The "think about it" answers of one assignment, per question, for reading side by side.
 
 Plain data for ``data.json`` (texts, never HTML): the question's Markdown from the exercise
-notebook, and every student's answer with the names of its images; the images themselves
-(base64) are handed to the page separately (:func:`answer_images`), so ``data.json`` stays small.
+notebook, every student's answer with the names of its images, and the groups of students who
+gave the same or nearly the same answer (:func:`.answer_groups.group_answers`); the images
+themselves (base64) are handed to the page separately (:func:`answer_images`), so ``data.json``
+stays small.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..answer_groups import group_answers
 from ..answer_text import Question
 from .data import Row
 
@@ -49,12 +54,23 @@ def answers_by_question(rows: list[Row], questions: Mapping[str, Question] | Non
         One dict per question: ``id``, ``number`` (its order in the exercise notebook, None when
         it is not there), ``question`` (its Markdown, "" when unknown), ``answered`` (students
         with a non-empty answer), ``unanswered`` (students whose notebook has the question and
-        no answer) and ``answers`` (``{"student", "answer", "images"}``, by student; ``images``:
-        the names of the answer's pasted images).
+        no answer), ``answers`` (``{"student", "answer", "images"}``, by student; ``images``:
+        the names of the answer's pasted images) and ``groups``: the groups of two or more
+        students whose answers are identical or near-identical (``students``, the
+        representative first, ``identical``, ``similarity``: the smallest of a member to the
+        representative), largest first.
     """
     out: dict[str, dict[str, Any]] = {}
-    for q in (questions or {}).values():
-        out[q.id] = {"id": q.id, "number": q.number, "question": q.text, "answered": 0, "unanswered": 0, "answers": []}
+    pictures: dict[str, dict[str, str]] = {}  # question id -> student -> a digest of the answer's images
+    for known in (questions or {}).values():
+        out[known.id] = {
+            "id": known.id,
+            "number": known.number,
+            "question": known.text,
+            "answered": 0,
+            "unanswered": 0,
+            "answers": [],
+        }
     for student, record in rows:
         for qid, (text, images) in _answers_of(record.answers).items():
             q = out.setdefault(
@@ -63,9 +79,30 @@ def answers_by_question(rows: list[Row], questions: Mapping[str, Question] | Non
             if text.strip():
                 q["answered"] += 1
                 q["answers"].append({"student": student, "answer": text, "images": sorted(images)})
+                pictures.setdefault(qid, {})[student] = _digest(images) if images else ""
             else:
                 q["unanswered"] += 1
+    for qid, q in out.items():
+        q["groups"] = _groups(q["answers"], pictures.get(qid, {}))
     return list(out.values())
+
+
+def _digest(images: dict[str, Any]) -> str:
+    """A short digest of an answer's images: two answers that read alike but show other pictures differ."""
+    return hashlib.sha256(json.dumps(images, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _groups(answers: list[dict[str, Any]], pictures: dict[str, str]) -> list[dict[str, Any]]:
+    """The groups of two or more of these answers (see :func:`answers_by_question`)."""
+    texts = {
+        x["student"]: x["answer"] + (f"\n\nimages {pictures[x['student']]}" if pictures.get(x["student"]) else "")
+        for x in answers
+    }
+    return [
+        {"students": list(g.students), "identical": g.identical, "similarity": round(g.similarity, 4)}
+        for g in group_answers(texts)
+        if len(g.students) > 1
+    ]
 
 
 def answer_images(rows: list[Row]) -> Images:

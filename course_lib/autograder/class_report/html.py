@@ -264,24 +264,53 @@ def _lookalikes(a: dict[str, Any], sources: dict[str, dict[str, str]]) -> str:
     return "".join(out)
 
 
+def _answer_rows(q: dict[str, Any], images: Images) -> list[list[str]]:
+    """One row per group of alike answers (shown once, with its members), then one per other answer."""
+
+    def shown(x: dict[str, Any]) -> str:
+        html = render_markdown(x["answer"], images.get(x["student"], {}).get(q["id"]))
+        return f'<div class="answer">{html}</div>'
+
+    by_student = {x["student"]: x for x in q["answers"]}
+    rows, grouped = [], set()
+    for g in q["groups"]:
+        members = [by_student[s] for s in g["students"] if s in by_student]
+        grouped |= {x["student"] for x in members}
+        if g["identical"]:
+            what = f"<b>{len(members)} students gave the same answer</b>"
+            rest = ""
+        else:
+            what = (
+                f"<b>{len(members)} students gave nearly the same answer</b> (at least {_pct(g['similarity'])} alike)"
+            )
+            rest = (
+                "<details><summary>each answer of the group</summary>"
+                + "".join(f"<p><b>{_e(x['student'])}</b></p>{shown(x)}" for x in members[1:])
+                + "</details>"
+            )
+        names = ", ".join(_e(x["student"]) for x in members)
+        rows.append([f'<p class="group">{what}: {names}</p>', shown(members[0]) + rest])
+    rows += [[_e(x["student"]), shown(x)] for x in q["answers"] if x["student"] not in grouped]
+    return rows
+
+
 def _answers(a: dict[str, Any], images: Images) -> str:
-    out = ['<h2 id="answers">5. Answers</h2>\n']
+    out = [
+        '<h2 id="answers">5. Answers</h2>\n<p class=note>Questions from the exercise notebook. Answers that are '
+        "the same, or nearly the same, after case, spacing and Markdown markup are set aside, are shown once "
+        "with every student who gave them, first; near-identical ones keep each answer one click away.</p>\n"
+    ]
     if not a["answers"]:
         out.append('<p>No "think about it" questions in the exercise notebook or answers in these records.</p>\n')
     for q in a["answers"]:
         number = f"Question {q['number']}: " if q["number"] is not None else ""
+        groups = f", {len(q['groups'])} group(s) of alike answers" if q["groups"] else ""
         out.append(
             f"<h3>{number}<code>{_e(q['id'])}</code></h3>\n"
             + (f'<div class="question">{render_markdown(q["question"])}</div>\n' if q["question"] else "")
-            + f"<p class=muted>{q['answered']} answer(s), {q['unanswered']} left unanswered.</p>\n"
+            + f"<p class=muted>{q['answered']} answer(s){groups}, {q['unanswered']} left unanswered.</p>\n"
         )
-        rows = [
-            [
-                _e(x["student"]),
-                f'<div class="answer">{render_markdown(x["answer"], images.get(x["student"], {}).get(q["id"]))}</div>',
-            ]
-            for x in q["answers"]
-        ]
+        rows = _answer_rows(q, images)
         if rows:
             out.append(_table(["student", "answer"], rows))
     return "".join(out)
