@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from markdown_it import MarkdownIt
+from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 from mdit_py_plugins.texmath import texmath_plugin
@@ -34,7 +35,10 @@ from .answer_images import raster_image
 from .mathml import MAX_FORMULA_CHARS, formula_html
 from .notebook import think_questions
 
-__all__ = ["Question", "questions", "render_markdown", "MAX_FORMULA_CHARS", "QuestionsError"]
+__all__ = ["Question", "questions", "render_markdown", "MAX_FORMULA_CHARS", "MAX_TEXT_CHARS", "QuestionsError"]
+
+#: Longer text is rendered up to this length only (a stored answer has at most 5,000 characters).
+MAX_TEXT_CHARS = 50_000
 
 
 @dataclass(frozen=True)
@@ -125,12 +129,27 @@ def _render_link_open(self: Any, tokens: Sequence[Token], idx: int, options: Any
     return f'<a href="{escape(href, quote=True)}" rel="noopener noreferrer nofollow">'
 
 
+def _display_in_text(state: StateInline, silent: bool) -> bool:
+    """``\\[..\\]`` inside a paragraph: a display formula (texmath reads it only as a block of its own)."""
+    if not state.src.startswith("\\[", state.pos):
+        return False
+    end = state.src.find("\\]", state.pos + 2)
+    if end < 0:
+        return False
+    if not silent:
+        token = state.push("math_inline_double", "math", 0)
+        token.content, token.markup = state.src[state.pos + 2 : end], "\\["
+    state.pos = end + 2
+    return True
+
+
 @functools.cache
 def _markdown() -> MarkdownIt:
     """The one parser (CommonMark, no raw HTML) with the math rules and the safe renderers."""
     md = MarkdownIt("commonmark", {"html": False})
     md.use(dollarmath_plugin, allow_labels=False, allow_space=False, allow_digits=False, double_inline=True)
     md.use(texmath_plugin, delimiters="brackets")
+    md.inline.ruler.before("escape", "math_display_in_text", _display_in_text)
     md.validateLink = _any_link  # type: ignore[method-assign]
     for rule in ("math_inline", "math_inline_double", "math_block", "math_block_eqno"):
         md.add_render_rule(rule, _render_math)
@@ -172,7 +191,8 @@ def render_markdown(text: str, attachments: Mapping[str, Mapping[str, str]] | No
 
     Returns:
         The HTML (block elements, no surrounding container); the same text and attachments give
-        the same HTML, from a cache after the first time.
+        the same HTML, from a cache after the first time. Text over :data:`MAX_TEXT_CHARS` is cut
+        there, and says so.
 
     Raises:
         TypeError: ``text`` is not a string or ``attachments`` not a mapping.
@@ -183,5 +203,7 @@ def render_markdown(text: str, attachments: Mapping[str, Mapping[str, str]] | No
         raise TypeError(
             f"attachments: expected a mapping of name to {{mime: base64}}, got {type(attachments).__name__}"
         )
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS] + f"\n\n(cut at {MAX_TEXT_CHARS:,} characters)"
     key = _attachments_key(attachments) if attachments else ()
     return _render_with_images(text, key) if key else _render_text(text)

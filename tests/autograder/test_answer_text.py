@@ -17,7 +17,13 @@ from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.autograder.answer_text import MAX_FORMULA_CHARS, QuestionsError, questions, render_markdown
+from course_lib.autograder.answer_text import (
+    MAX_FORMULA_CHARS,
+    MAX_TEXT_CHARS,
+    QuestionsError,
+    questions,
+    render_markdown,
+)
 from course_lib.autograder.notebook import think_answers
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
@@ -65,9 +71,14 @@ def test_inline_and_display_math_become_mathml():
 
 
 def test_bracket_delimiters_are_math_too():
-    html = render_markdown("inline \\(a+b\\) here\n\n\\[\n\\sum_i x_i\n\\]\n")
-    assert [a["display"] for t, a in Tags(html).tags if t == "math"] == ["inline", "block"]
-    assert "\\(" not in html and "\\[" not in html
+    html = render_markdown("inline \\(a+b\\) here\n\n\\[\n\\sum_i x_i\n\\]\n\nand \\[c^2\\] in text")
+    assert [a["display"] for t, a in Tags(html).tags if t == "math"] == ["inline", "block", "block"]
+    assert "\\(" not in html and "\\[" not in html and "<msup><mi>c</mi>" in html
+
+
+def test_a_huge_text_is_cut_and_says_so():
+    html = render_markdown("word " * (MAX_TEXT_CHARS // 5 + 1000))
+    assert html.count("word") == MAX_TEXT_CHARS // 5 and "(cut at 50,000 characters)" in html
 
 
 def test_a_dollar_amount_is_not_math():
