@@ -158,3 +158,21 @@ def test_answers_to_numbered_questions_under_a_heading_are_read():
     got = {a["id"]: a["answer"] for a in think_answers(json.dumps(nb).encode())}
     assert got["ch03-nb-bare-view"] == got["ch03-nb-scale"] == "Because $D$ is the head's width."
     assert got["ch03-nb-params"] == "" and got["ch03-nb-rank"] == ""
+
+
+def test_answers_that_read_alike_but_show_other_images_are_not_grouped():
+    from course_lib.autograder.class_report.answers import answer_images, answers_by_question
+
+    def row(student: str, picture: str) -> tuple[str, Record]:
+        answer = {
+            "id": "q",
+            "answer": "![image.png](attachment:image.png)",
+            "attachments": {"image.png": {"image/png": picture}},
+        }
+        return student, Record(A, "", "graded", 1.0, 1.0, answers=(answer,))
+
+    rows = [row("a", png(64)), row("b", png(64)), row("c", png(65))]
+    (q,) = answers_by_question(rows)
+    assert q["groups"] == [{"students": ["a", "b"], "identical": True, "similarity": 1.0}]
+    assert [x["images"] for x in q["answers"]] == [["image.png"]] * 3
+    assert answer_images(rows)["c"] == {"q": {"image.png": {"image/png": png(65)}}}

@@ -6,13 +6,15 @@ assignment) loads with no console error, no failed request, no request outside `
 every image loaded (``naturalWidth > 0``), and the page's colours follow the scheme. The math of
 the questions and answers is drawn from the MathML written into the page (``math`` elements with
 a size, no literal ``$``), with no script. Full-page screenshots go to
-``artifacts/screenshots/report-*.png`` for a person to look at.
+``artifacts/screenshots/report-*.png`` for a person to look at. The Answers section (questions,
+answers, their MathML and images) passes axe-core's WCAG A/AA rules, light and dark.
 """
 
 from __future__ import annotations
 
 import pytest
 from conftest import ROOT
+from pagecheck import axe_violations
 from test_class_report import gradebook  # noqa: F401  (the generated class, a module fixture)
 
 from course_lib.autograder.class_report import write_report
@@ -74,3 +76,16 @@ def test_every_page_opens_offline_without_errors_and_with_its_figures(site, brow
             assert "$" not in answers["text"], f"a literal $ in the answers of {name}"
     dark = mode == "dark"
     assert backgrounds == {"rgb(22, 24, 28)" if dark else "rgb(255, 255, 255)"}, backgrounds
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_the_answers_with_their_math_and_images_pass_axe_cores_wcag_rules(site, browser, mode):
+    out, pages = site
+    # axe-core is injected as a script, which the page's own CSP forbids: only this context bypasses it.
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=mode, bypass_csp=True)
+    page = context.new_page()
+    page.goto((out / pages[1]).as_uri(), wait_until="load")
+    assert page.locator("#answers ~ table math").count() > 0
+    violations = axe_violations(page, within="#answers ~ *")
+    context.close()
+    assert not violations, f"axe-core on the answers of {pages[1]} ({mode}): {violations}"

@@ -88,20 +88,20 @@ def answers_by_question(rows: list[Row], questions: Mapping[str, Question] | Non
 
 
 def _digest(images: dict[str, Any]) -> str:
-    """A short digest of an answer's images: two answers that read alike but show other pictures differ."""
+    """A short digest of an answer's images: answers that read alike but show other pictures are apart."""
     return hashlib.sha256(json.dumps(images, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _groups(answers: list[dict[str, Any]], pictures: dict[str, str]) -> list[dict[str, Any]]:
-    """The groups of two or more of these answers (see :func:`answers_by_question`)."""
-    texts = {
-        x["student"]: x["answer"] + (f"\n\nimages {pictures[x['student']]}" if pictures.get(x["student"]) else "")
-        for x in answers
-    }
+    """The groups of two or more of these answers (see :func:`answers_by_question`): answers that
+    show other images (or some and none) are grouped apart, however alike their text."""
+    by_pictures: dict[str, dict[str, str]] = {}
+    for x in answers:
+        by_pictures.setdefault(pictures.get(x["student"], ""), {})[x["student"]] = x["answer"]
+    groups = [g for texts in by_pictures.values() for g in group_answers(texts) if len(g.students) > 1]
+    groups.sort(key=lambda g: (-len(g.students), min(g.students)))
     return [
-        {"students": list(g.students), "identical": g.identical, "similarity": round(g.similarity, 4)}
-        for g in group_answers(texts)
-        if len(g.students) > 1
+        {"students": list(g.students), "identical": g.identical, "similarity": round(g.similarity, 4)} for g in groups
     ]
 
 
