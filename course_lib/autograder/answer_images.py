@@ -44,7 +44,15 @@ _SPACE = re.compile(r"\s+")
 
 
 def referenced_attachments(text: str) -> list[str]:
-    """The attachment names ``text`` references (``attachment:NAME``, percent-decoded), in order, once each."""
+    """The attachments a Markdown text shows.
+
+    Args:
+        text: the answer's Markdown.
+
+    Returns:
+        The names it references (``attachment:NAME``, bare or in angle brackets, percent-decoded),
+        in order, each once.
+    """
     names = (unquote(m.group(1) or m.group(2)) for m in _REFERENCE.finditer(text))
     return list(dict.fromkeys(names))
 
@@ -79,7 +87,11 @@ def raster_image(bundle: Any) -> tuple[str, str, int] | None:
 
 
 class Budget:
-    """The image bytes a record has left (:data:`MAX_RECORD_IMAGE_BYTES` at first)."""
+    """The image bytes a record has left, charged answer by answer (:meth:`keep`).
+
+    Args:
+        total: the record's budget in decoded bytes (:data:`MAX_RECORD_IMAGE_BYTES`).
+    """
 
     def __init__(self, total: int = MAX_RECORD_IMAGE_BYTES) -> None:
         self.left = total

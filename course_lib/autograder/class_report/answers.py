@@ -106,7 +106,14 @@ def _groups(answers: list[dict[str, Any]], pictures: dict[str, str]) -> list[dic
 
 
 def answer_images(rows: list[Row]) -> Images:
-    """Student -> question id -> the images of that answer, for the answers that have any."""
+    """The pasted images of the answers, for the pages (``data.json`` has only their names).
+
+    Args:
+        rows: the assignment's records.
+
+    Returns:
+        Student -> question id -> ``{name: {mime: base64}}``, for the non-blank answers that have any.
+    """
     out: Images = {}
     for student, record in rows:
         for qid, (text, images) in _answers_of(record.answers).items():
