@@ -9,7 +9,9 @@ attention, about a third with inline math (from a pool of formulas written in se
 formulas repeat across students and some do not), some with display math, lists, bold text or code,
 a few with a pasted image (a small PNG in the answer's attachments), and a few identical copies.
 Printed: the first rendering of all of them (every cache empty: markdown-it's parse, latex2mathml
-per formula), the same again (the answers' cache), and the characters and formulas rendered.
+per formula), the same again (the answers' cache), and the characters and formulas rendered; then
+the same for the class of ``benchmarks/answer_corpus.py`` (one question, the corpus the answer
+groups' benchmark uses: copies, paraphrases, 30% with some math).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from answer_corpus import realistic_answers
 
 from course_lib.autograder import answer_text, mathml
 
@@ -101,30 +105,35 @@ def render_all(answers: list[tuple[str, dict[str, dict[str, str]] | None]]) -> f
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--answers", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=5, help="cold runs (the median is printed)")
-    args = parser.parse_args()
-    answers = corpus(args.answers, args.seed)
-    answer_text.render_markdown("warm-up: $x$")  # the parser is built once per process
+def measure(name: str, answers: list[tuple[str, dict[str, dict[str, str]] | None]], repeat: int) -> None:
     cold = []
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         clear_caches()
         cold.append(render_all(answers))
     warm = render_all(answers)
     formulas = sum(t.count("$") for t, _ in answers) // 2
     chars = sum(len(t) for t, _ in answers)
     print(
-        f"{len(answers)} answers, {chars:,} characters, about {formulas} formulas, "
+        f"{name}: {len(answers)} answers, {chars:,} characters, about {formulas} formulas, "
         f"{sum(a is not None for _, a in answers)} with an image"
     )
     print(
-        f"first rendering (caches empty): median {statistics.median(cold):.3f} s of {args.repeat} "
+        f"  first rendering (caches empty): median {statistics.median(cold):.3f} s of {repeat} "
         f"(min {min(cold):.3f}, max {max(cold):.3f}); {1e3 * statistics.median(cold) / len(answers):.2f} ms an answer"
     )
-    print(f"again (cached): {warm * 1e3:.1f} ms")
+    print(f"  again (cached): {warm * 1e3:.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--answers", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=5, help="cold runs (the median is printed)")
+    args = parser.parse_args()
+    answer_text.render_markdown("warm-up: $x$")  # the parser is built once per process
+    measure("mixed answers (this script's)", corpus(args.answers, args.seed), args.repeat)
+    one_question = [(t, None) for t in realistic_answers(args.answers, args.seed).values() if t.strip()]
+    measure("one question's class (answer_corpus.py)", one_question, args.repeat)
 
 
 if __name__ == "__main__":
