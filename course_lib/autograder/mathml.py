@@ -4,7 +4,8 @@ latex2mathml converts the formula; its output is then parsed as XML and written 
 :data:`ELEMENTS` and :data:`ATTRIBUTES` only, every text and attribute value escaped. This
 matters: latex2mathml passes ``\\text{<b>..</b>}`` through as markup and turns
 ``\\href{javascript:..}`` into an ``href`` attribute and ``\\style{..}`` into a ``style`` one.
-A formula that latex2mathml cannot convert, whose output is not well-formed or holds an
+A length (``\\rule{9999em}{9999em}``, ``\\hspace``) larger than :data:`MAX_LENGTH_EM` is dropped,
+so no formula can cover the page. A formula that latex2mathml cannot convert, whose output is not well-formed or holds an
 element not on the list, that nests deeper than :data:`MAX_DEPTH`, or that is longer than
 :data:`MAX_FORMULA_CHARS` (the work stays bounded) is shown as escaped code instead.
 """
@@ -12,12 +13,13 @@ element not on the list, that nests deeper than :data:`MAX_DEPTH`, or that is lo
 from __future__ import annotations
 
 import functools
+import re
 from html import escape
 from xml.etree import ElementTree
 
 from latex2mathml.converter import convert
 
-__all__ = ["formula_html", "ELEMENTS", "ATTRIBUTES", "MAX_FORMULA_CHARS", "MAX_DEPTH"]
+__all__ = ["formula_html", "ELEMENTS", "ATTRIBUTES", "MAX_FORMULA_CHARS", "MAX_DEPTH", "MAX_LENGTH_EM"]
 
 #: A longer formula is shown as code, not converted.
 MAX_FORMULA_CHARS = 2_000
@@ -39,6 +41,21 @@ ATTRIBUTES = frozenset(
     "voffset align".split()
 )
 
+#: Attributes that are lengths, and the largest length kept (in em; 1em = 18mu = about 16px).
+_LENGTHS = frozenset("width height depth lspace rspace voffset mathsize minsize maxsize".split())
+MAX_LENGTH_EM = 5.0
+_LENGTH = re.compile(r"-?(\d{1,6}(?:\.\d{1,6})?|\.\d{1,6})(em|ex|mu|px|pt|%)?")
+_EM_PER_UNIT = {"em": 1.0, "ex": 0.5, "mu": 1 / 18, "px": 1 / 16, "pt": 1 / 12, "%": 1 / 100, None: 1.0}
+
+
+def _small(value: str) -> bool:
+    """Whether a length attribute's value is at most :data:`MAX_LENGTH_EM` (a named space, a short word, is)."""
+    value = value.strip()
+    if re.fullmatch(r"[a-z]{1,30}", value):
+        return True
+    m = _LENGTH.fullmatch(value)
+    return m is not None and float(m.group(1)) * _EM_PER_UNIT[m.group(2)] <= MAX_LENGTH_EM
+
 
 class _Unsafe(ValueError):
     """The MathML has something not on the lists, or nests too deep."""
@@ -49,7 +66,9 @@ def _write(node: ElementTree.Element, out: list[str], depth: int) -> None:
     if tag not in ELEMENTS or depth > MAX_DEPTH:
         raise _Unsafe(tag)
     attrs = "".join(
-        f' {name}="{escape(value, quote=True)}"' for name, value in sorted(node.attrib.items()) if name in ATTRIBUTES
+        f' {name}="{escape(value, quote=True)}"'
+        for name, value in sorted(node.attrib.items())
+        if name in ATTRIBUTES and (name not in _LENGTHS or _small(value))
     )
     if tag == "math":
         attrs = ' xmlns="http://www.w3.org/1998/Math/MathML"' + attrs

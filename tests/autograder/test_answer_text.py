@@ -168,6 +168,12 @@ def test_href_and_style_in_latex_are_dropped():
     assert "<math" in html and "href" not in html and "style" not in html and "javascript" not in html
 
 
+def test_no_formula_can_cover_the_page_with_a_huge_length():
+    html = render_markdown("$\\rule{9999em}{9999em}$ $\\hspace{500em}x$ $a \\quad b$ $\\big( x$ $\\Huge y$")
+    assert "9999em" not in html and "500em" not in html
+    assert 'width="1em"' in html and 'minsize="1.2em"' in html and 'mathsize="2.49em"' in html
+
+
 def test_a_huge_formula_is_shown_as_code_without_converting_it():
     latex = "x+" * MAX_FORMULA_CHARS
     start = time.perf_counter()
