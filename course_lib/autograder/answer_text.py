@@ -163,7 +163,10 @@ def _attachments_key(
 ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
     return tuple(
         sorted(
-            (str(name), tuple(sorted((str(m), str(d)) for m, d in bundle.items())))
+            (
+                str(name),
+                tuple(sorted((str(m), "".join(d) if isinstance(d, list) else str(d)) for m, d in bundle.items())),
+            )
             for name, bundle in attachments.items()
             if isinstance(bundle, Mapping)
         )

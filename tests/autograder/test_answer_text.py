@@ -194,6 +194,11 @@ def test_a_pasted_image_from_the_answers_attachments_is_shown_as_a_data_uri():
     assert img == {"src": f"data:image/png;base64,{PNG64}", "alt": "image.png"}
 
 
+def test_an_image_stored_as_a_list_of_lines_is_shown_too():
+    html = render_markdown("![p](attachment:p.png)", {"p.png": {"image/png": [PNG64[:10], PNG64[10:]]}})  # type: ignore[dict-item]
+    assert f'<img src="data:image/png;base64,{PNG64}" alt="p">' in html
+
+
 @pytest.mark.parametrize(
     ("markdown", "attachments"),
     [
