@@ -28,6 +28,8 @@ from .history import (
     os_user,
     record_event,
 )
+from .manual import ManualStore
+from .manual_schema import migrate as migrate_manual
 from .record import Record
 from .untrusted_text import valid_utf8
 
@@ -65,6 +67,7 @@ class Gradebook:
         self.conn.execute(_SCHEMA)
         self.conn.execute(_DEADLINES)
         migrate(self.conn)
+        migrate_manual(self.conn)
 
     def close(self) -> None:
         self.conn.close()
@@ -74,6 +77,11 @@ class Gradebook:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    @property
+    def manual(self) -> ManualStore:
+        """The manual grading store (:mod:`.manual`) on this gradebook's connection."""
+        return ManualStore(self.conn)
 
     def is_current(self, student: str, assignment: str, sha256: str, checker: str) -> bool:
         """True when this exact notebook was already graded by this version of the checks (a
