@@ -9,6 +9,7 @@ transaction (:func:`migrate`); nothing in it changes.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from dataclasses import dataclass
@@ -214,6 +215,28 @@ class Decision:
     before: str
     after: str
     reason: str
+
+    def summary(self) -> str:
+        """What the decision did, in words: ``3 / 4 points``, ``grade removed``, ``confirmed``."""
+        after = json.loads(self.after) if self.after else None
+        if self.kind == "grade" and after:
+            comment = " ".join(str(after.get("comment", "")).split())
+            said = f', comment "{comment[:60]}{"..." if len(comment) > 60 else ""}"' if comment else ""
+            return f"{after['points']:g} points given by hand{said}"
+        if self.kind == "question" and after:
+            return f"{after['max_points']:g} points, {len(after['rubric'])} rubric item(s)"
+        if self.kind == "pair" and after:
+            return str(after["verdict"])
+        return {"clear": "grade removed", "split": "split off its answer group", "unsplit": "back in its group"}.get(
+            self.kind, self.kind
+        )
+
+    def line(self) -> str:
+        """The decision as one line of ``course-lib history``."""
+        why = f": {self.reason}" if self.reason else ""
+        return (
+            f"{self.at}  {self.assignment}  manual {self.kind:<8}  {self.target}  {self.summary()}  by {self.by}{why}"
+        )
 
 
 def answer_target(question: str, student: str) -> str:
