@@ -3,11 +3,11 @@
 Per question: its points out of its maximum (``being graded by hand`` while it waits for a
 grader, ``not answered`` for a blank answer), the rubric items applied and the grader's
 comment. Rubric items and comments are the graders' Markdown: in the HTML they are rendered by
-markdown-it-py (CommonMark, raw HTML escaped, images left out: the page makes no request,
-links without ``javascript:`` or ``data:``); where markdown-it-py is not installed (it comes
+markdown-it-py (CommonMark, raw HTML escaped, an image shown as its alt text: the page makes no
+request; links without ``javascript:`` or ``data:``); where markdown-it-py is not installed (it comes
 with the ``instructor`` extra), as escaped text with code spans
 (:func:`~course_lib.grading.rendering.inline_code`). In the Markdown file the items are list
-entries and the comment a block quote.
+entries and the comment a block quote, raw HTML in them shown as text (``<`` as ``&lt;``).
 """
 
 from __future__ import annotations
@@ -26,13 +26,20 @@ _TITLE = "Questions graded by hand"
 
 @lru_cache(maxsize=1)
 def _renderer() -> Any:
-    """markdown-it-py's CommonMark renderer with raw HTML escaped and images off (None when
-    markdown-it-py is not installed)."""
+    """markdown-it-py's CommonMark renderer with raw HTML escaped and images shown as their alt
+    text (None when markdown-it-py is not installed)."""
     try:
         from markdown_it import MarkdownIt
     except ImportError:
         return None
-    return MarkdownIt("commonmark", {"html": False}).disable("image")
+    md = MarkdownIt("commonmark", {"html": False})
+    md.add_render_rule("image", _image_as_alt)
+    return md
+
+
+def _image_as_alt(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    """An image shown as its alt text: the page fetches nothing."""
+    return html.escape(renderer.renderInlineAsText(tokens[idx].children or [], options, env))
 
 
 def render_comment(text: str, inline: bool = False) -> str:
@@ -56,6 +63,11 @@ def render_comment(text: str, inline: bool = False) -> str:
     )
 
 
+def _no_html(markdown: str) -> str:
+    """A grader's Markdown with raw HTML shown as text (a comment may quote a student's answer)."""
+    return markdown.replace("<", "&lt;")
+
+
 def manual_markdown(manual: ManualPoints | None, level: int = 3) -> list[str]:
     """The Markdown blocks of a record's questions graded by hand (none without any).
 
@@ -72,9 +84,9 @@ def manual_markdown(manual: ManualPoints | None, level: int = 3) -> list[str]:
     for q in manual.questions:
         blocks.append(f"**{md_inline(q.question)}**: {md_inline(q.line())}")
         if q.items:
-            blocks.append("\n".join(f"- {' '.join(item.split())}" for item in q.items))
+            blocks.append("\n".join(f"- {_no_html(' '.join(item.split()))}" for item in q.items))
         if q.comment.strip():
-            blocks.append("\n".join(f"> {line}".rstrip() for line in q.comment.strip().splitlines()))
+            blocks.append("\n".join(f"> {_no_html(line)}".rstrip() for line in q.comment.strip().splitlines()))
     return blocks
 
 
