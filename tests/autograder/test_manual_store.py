@@ -233,6 +233,10 @@ def test_the_history_lists_every_change_with_before_and_after(db):
         (lambda m: m.decide_pair(A, "ann", "bob", verdict="confirmed", note=" ", by="lee", expected=0), "note: confirming a pair needs a note"),
         (lambda m: m.decide_pair(A, "ann", "ann", verdict="dismissed", note="", by="lee", expected=0), "b: a pair is two different students"),
         (lambda m: m.set_split(A, Q, "zoe", True, by="lee"), "student: no record of"),
+        (lambda m: m.set_question(A, Q, max_points=1, rubric=[("1 OR 1=1", "x", 1)], by="lee", expected=1), r"rubric\[0\] id must be a rubric item's id \(an integer\), got '1 OR 1=1'"),
+        (lambda m: m.grade(A, Q, ["ann"], items=["1"], adjust=0, comment="", by="lee", expected={"ann": 0}), "items must be a rubric item's id"),
+        (lambda m: m.grade(A, Q, ["ann"], items=[], adjust=0, comment="", by="lee", expected={"ann": "0"}), r"expected\['ann'\] must be a version \(an integer >= 0"),
+        (lambda m: m.decide_pair(A, "ann", "bob", verdict="dismissed", note="", by="lee", expected=-1), "expected must be a version"),
     ],
 )  # fmt: skip
 def test_bad_input_is_refused_naming_the_argument_and_nothing_is_saved(db, change, message):
