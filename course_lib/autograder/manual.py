@@ -37,6 +37,7 @@ from .manual_schema import (
     grade_json,
     grade_points,
     item_id,
+    pair_key,
     pair_target,
     rubrics,
     setup_json,
@@ -53,6 +54,7 @@ __all__ = [
     "QuestionSetup",
     "RubricItem",
     "answer_target",
+    "pair_key",
     "pair_target",
 ]
 
@@ -410,7 +412,7 @@ class ManualStore:
     # -- look-alike pairs ------------------------------------------------------------------
 
     def pairs(self, assignment: str) -> dict[tuple[str, str], PairDecision]:
-        """Every decided look-alike pair of ``assignment``, by ``(a, b)`` sorted."""
+        """Every decided look-alike pair of ``assignment``, by ``(a, b)`` (:func:`.manual_schema.pair_key`)."""
         rows = self.conn.execute(
             "SELECT a, b, verdict, note, by, at, version FROM manual_pairs WHERE assignment = ? ORDER BY a, b",
             (assignment,),
@@ -442,7 +444,7 @@ class ManualStore:
             raise ValueError("note: confirming a pair needs a note saying why (kept in the history), got an empty note")
         if a == b:
             raise ValueError(f"b: a pair is two different students, got {a!r} twice")
-        a, b = sorted((a, b))
+        a, b = pair_key(a, b)
         self._require_records(assignment, [s for s in (a, b) if s != REFERENCE], "a, b")
         with self._transaction():
             current = self.pairs(assignment).get((a, b))

@@ -15,6 +15,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from .lookalike import REFERENCE
+
 __all__ = [
     "AnswerGrade",
     "Conflict",
@@ -27,6 +29,7 @@ __all__ = [
     "VERSION",
     "answer_target",
     "migrate",
+    "pair_key",
     "pair_target",
 ]
 
@@ -172,7 +175,7 @@ class PairDecision:
 
     Args:
         assignment: the assignment's name.
-        a: the first student (``(a, b)`` sorted).
+        a: the first student (``(a, b)`` sorted; a student before the reference: :func:`pair_key`).
         b: the second student, or :data:`.lookalike.REFERENCE`.
         verdict: ``confirmed`` or ``dismissed``.
         note: the grader's note (required to confirm).
@@ -306,9 +309,18 @@ def answer_target(question: str, student: str) -> str:
     return f"{question}/{student}"
 
 
-def pair_target(a: str, b: str) -> str:
-    """The history's target of a look-alike pair: ``a ~ b``, the two sorted."""
+def pair_key(a: str, b: str) -> tuple[str, str]:
+    """A look-alike pair as the store keeps it: the two students sorted, or the student then
+    :data:`.lookalike.REFERENCE` (as :mod:`.lookalike` pairs them)."""
+    if a == REFERENCE or b == REFERENCE:
+        return (b, a) if a == REFERENCE else (a, b)
     first, second = sorted((a, b))
+    return first, second
+
+
+def pair_target(a: str, b: str) -> str:
+    """The history's target of a look-alike pair: ``a ~ b``, in :func:`pair_key`'s order."""
+    first, second = pair_key(a, b)
     return f"{first} ~ {second}"
 
 
