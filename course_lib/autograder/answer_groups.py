@@ -92,12 +92,14 @@ _SEPARATOR = " "
 #: Slack for float32 rounding in the bound (it only adds candidates).
 _SLACK = 1e-3
 
-_PROTECTED = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$|`+[^`\n]+?`+", re.S)
+# math, and code spans (a run of backticks matched whole, from its start only: linear time)
+_PROTECTED = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$|(?<!`)`++[^`\n]+?`+", re.S)
 _LINE_MARKUP = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]?|[-+*][ \t]+|\d{1,3}[.)][ \t]+)", re.M)
-_LINK = re.compile(r"(?<!!)\[([^\]\n]*)\]\([^)\n]*\)")
+# brackets inside a link's text or target end the scan, so a run of "[" or "](" stays linear
+_LINK = re.compile(r"(?<!!)\[([^\[\]\n]*)\]\([^()\n]*\)")
 _EMPHASIS = re.compile(r"\*+|~~|(?<!\w)_+|_+(?!\w)")
 _SPACE = re.compile(r"\s+")
-_TRAILING = re.compile(r"[\s.!?,;:\u2026]+$")
+_TRAILING = " .!?,;:\u2026"  # stripped from the end (str.rstrip: linear, unlike a regex)
 _TOKEN = re.compile(r"\w+|[^\w\s]+")
 
 
@@ -148,7 +150,7 @@ def normalise_answer(text: str) -> str:
             start = m.end()
         parts.append(_prose(text[start:]))
         joined = "".join(parts)
-    return _TRAILING.sub("", _SPACE.sub(" ", joined).strip())
+    return _SPACE.sub(" ", joined).strip().rstrip(_TRAILING)
 
 
 def answer_tokens(normalised: str) -> list[str]:
