@@ -56,6 +56,17 @@ def test_normalisation_keeps_math_and_code_as_written():
     assert normalise_answer("a snake_case name") == "a snake_case name"
 
 
+def test_pasted_images_and_their_targets_stay_as_written():
+    # the picture is not compared: its markup must not vanish, or every image answer would be ""
+    assert normalise_answer("![Plot](attachment:image.png)") == "![plot](attachment:image.png)"
+
+
+def test_hostile_markdown_normalises_to_text():
+    assert normalise_answer("`" * 5000) == "`" * 5000
+    assert normalise_answer("[" * 5000) == "[" * 5000
+    assert normalise_answer("." * 5000) == ""
+
+
 def test_tokens_are_words_numbers_and_symbol_runs():
     assert answer_tokens("exp(10^4) -> inf") == ["exp", "(", "10", "^", "4", ")", "->", "inf"]
 
@@ -222,6 +233,14 @@ def test_members_are_within_the_threshold_of_the_representative_and_each_other(a
         assert all(similarity(t, u) >= threshold for t in texts for u in texts)
         assert group.similarity == min(similarity(texts[0], t) for t in texts)
         assert group.identical == (len({normalise_answer(t) for t in texts}) == 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_TEXTS, _TEXTS)
+def test_similarity_is_symmetric_and_one_for_equal_normalised_texts(a, b):
+    assert similarity(a, b) == similarity(b, a)
+    assert 0 <= similarity(a, b) <= 1
+    assert similarity(a, "  " + a.replace(" ", "\n ") + " .") == 1.0
 
 
 @settings(max_examples=100, deadline=None)
