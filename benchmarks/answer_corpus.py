@@ -13,14 +13,18 @@ plausible, not measured:
   differ), in clusters of 2 to 25 students (sizes drawn from a Zipf-like law, most clusters 2-3;
   the issue that asked for answer groups found 25 identical answers in one class, so one cluster
   of 25 is planted from 500 students up);
-- :data:`PARAPHRASERS` 6% copy a friend and edit lightly: a typo or two, a synonym, a reordered
-  clause, an added sentence (one to three of these edits each);
+- :data:`PARAPHRASERS` 6% copy a friend and edit lightly (:data:`EDITS`, one to three different
+  ones each): a typo, a synonym, the first sentence moved to the end, a sentence added;
 - the rest write their own from one of seven lines of reasoning (:data:`REASONS`: five right,
-  two wrong), each sentence drawn from several wordings, with optional openers, examples with
-  their own numbers and extra sentences; :data:`MATH` 30% of them write some math as ``$..$``.
+  two wrong; weights in ``_REASON_WEIGHTS``), each sentence drawn from several wordings, with
+  optional openers, examples with their own numbers, a second line of reasoning (half of them)
+  and asides; 15% write at length (four lines of reasoning). Each student has their own words
+  for 18 common phrases (``_STYLE``: "the mean" / "the average", "does not" / "doesn't"...),
+  kept through their answer; :data:`MATH` 30% of them write some math as ``$..$``, 10% put it
+  in bold or italics.
 
-Lengths come out between about 20 characters ("idk" aside) and 800. :func:`realistic_class`
-also returns the truth: which students share a source (a friend's answer copied or edited).
+Lengths: 50 to 800 characters ("idk" aside), median about 250. :func:`realistic_class` also
+returns the truth: which students share a source (a friend's answer copied or edited).
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ import random
 import re
 from dataclasses import dataclass
 
-__all__ = ["AnswerCorpus", "realistic_answers", "realistic_class"]
+__all__ = ["EDITS", "AnswerCorpus", "edit_once", "realistic_answers", "realistic_class"]
 
 BLANK, LOW_EFFORT, COPIERS, PARAPHRASERS, MATH = 0.02, 0.03, 0.12, 0.06, 0.30
 
+#: An answer written alone stays under this many characters (so an edited copy stays under 800).
+_LONGEST = 680
 _LOW = ("idk", "not sure", "?", "I don't know", "no idea", "IDK.", "skip", "not sure tbh", "...", "?? ")
 
 _OPENERS = ("", "", "", "I think ", "Basically, ", "Because ", "The problem is that ", "Well, ", "In short, ")
@@ -209,6 +215,8 @@ def _own(rng: random.Random) -> str:
     parts += [
         _fill(e, rng, numbers) for e in rng.sample(_EXTRA, rng.choice((0, 0, 1, 1, 2, 3) if not long else (3, 4)))
     ]
+    while len(parts) > 1 and sum(len(p) + 2 for p in parts) > _LONGEST:
+        parts.pop()
     text = ". ".join(p[0].upper() + p[1:] for p in parts) + rng.choice((".", ".", "", "!"))
     for words in _STYLE:
         text = re.sub(rf"\b{words[0]}\b", rng.choice(words), text)
@@ -234,26 +242,45 @@ def _restyle(text: str, rng: random.Random) -> str:
     return text.rstrip(".!") + "." if kind == "period" else text
 
 
+EDITS = ("typo", "synonym", "reorder", "add")
+
+
+def edit_once(text: str, edit: str, rng: random.Random) -> str:
+    """One light edit of a friend's answer.
+
+    Args:
+        text: the answer.
+        edit: one of :data:`EDITS`: a misspelt word, a synonym, the first sentence moved to the
+            end, a sentence added.
+        rng: the random source.
+
+    Returns:
+        The edited answer.
+    """
+    words = text.split(" ")
+    if edit == "typo":
+        spots = [k for k, w in enumerate(words) if w in _TYPOS] or [rng.randrange(len(words))]
+        k = rng.choice(spots)
+        words[k] = _TYPOS.get(words[k], words[k][::-1])
+        return " ".join(words)
+    if edit == "synonym":
+        for options in _SYN.values():
+            hits = [o for o in options if f" {o} " in f" {text} "]
+            if hits:
+                return f" {text} ".replace(f" {hits[0]} ", f" {rng.choice(options)} ", 1).strip()
+        return text
+    if edit == "reorder":
+        if ". " not in text:
+            return text
+        first, rest = text.split(". ", 1)
+        return rest.rstrip(".!") + ". " + first + "."
+    return text.rstrip() + " " + _fill(rng.choice(_EXTRA), rng, {"a": 0, "b": 0, "c": 0}).capitalize() + "."
+
+
 def _edit(text: str, rng: random.Random) -> str:
-    """A light paraphrase: one to three edits (typos, a synonym, a moved clause, a sentence added)."""
-    for edit in rng.sample(("typo", "synonym", "reorder", "add"), rng.randint(1, 3)):
-        words = text.split(" ")
-        if edit == "typo":
-            spots = [k for k, w in enumerate(words) if w in _TYPOS] or [rng.randrange(len(words))]
-            k = rng.choice(spots)
-            words[k] = _TYPOS.get(words[k], words[k][::-1])
-            text = " ".join(words)
-        elif edit == "synonym":
-            for options in _SYN.values():
-                hits = [o for o in options if f" {o} " in f" {text} "]
-                if hits:
-                    text = f" {text} ".replace(f" {hits[0]} ", f" {rng.choice(options)} ", 1).strip()
-                    break
-        elif edit == "reorder" and ". " in text:
-            first, rest = text.split(". ", 1)
-            text = rest.rstrip(".!") + ". " + first + "."
-        elif edit == "add":
-            text = text.rstrip() + " " + _fill(rng.choice(_EXTRA), rng, {"a": 0, "b": 0, "c": 0}).capitalize() + "."
+    """A light paraphrase: one to three different edits of :data:`EDITS`."""
+    for edit in rng.sample(EDITS, rng.randint(1, 3)):
+        text = edit_once(text, edit, rng)
     return text
 
 

@@ -16,7 +16,9 @@ copies came out, counted over pairs of students:
 - *recall, edits*: likewise for a lightly edited copy and its source;
 - *clusters whole*: planted clusters (source, copies and edits) all of whose members share one group.
 
-The time is the best of three calls of ``group_answers`` (wall clock, ``time.perf_counter``).
+The time is the best of three calls of ``group_answers``: wall clock (``time.perf_counter``) and
+the process's CPU time over both cores (``time.process_time``, less sensitive to other work on
+the machine).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class Outcome:
     recall_edits: float
     clusters_whole: float
     seconds: float
+    cpu_seconds: float
 
 
 def _pairs(corpus: AnswerCorpus, answers: dict[str, str]) -> tuple[set[frozenset[str]], set[frozenset[str]]]:
@@ -77,11 +80,12 @@ def measure(n: int, seed: int, threshold: float) -> Outcome:
     """
     corpus = realistic_class(n, seed)
     answers = {s: t for s, t in corpus.answers.items() if t.strip()}
-    times = []
+    times, cpu = [], []
     for _ in range(3):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         groups = group_answers(answers, threshold=threshold)
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     where = {s: k for k, g in enumerate(groups) for s in g.students}
     norm = {s: normalise_answer(t) for s, t in answers.items()}
     grouped = [frozenset(p) for g in groups for p in combinations(g.students, 2)]
@@ -98,6 +102,7 @@ def measure(n: int, seed: int, threshold: float) -> Outcome:
         recall_edits=sum(where[a] == where[b] for a, b in map(sorted, edits)) / max(len(edits), 1),
         clusters_whole=sum(together) / max(len(together), 1),
         seconds=min(times),
+        cpu_seconds=min(cpu),
     )
 
 
@@ -113,7 +118,7 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
     args = parser.parse_args()
     fields = ("answers", "groups", "singletons", "largest", "precision", "recall_copies", "recall_edits")
-    fields += ("clusters_whole", "seconds")
+    fields += ("clusters_whole", "seconds", "cpu_seconds")
     print(f"threshold {args.threshold}; per size: median [min, max] over seeds {args.seeds}")
     print("n     seed " + " ".join(f"{f:>14}" for f in fields))
     for n in args.sizes:
@@ -126,10 +131,8 @@ def main() -> None:
             ]
             print(f"{n:<5} {seed:<4} " + " ".join(cells))
         for f in fields:
-            values = [float(getattr(o, f)) for o in outcomes]
-            print(
-                f"  n={n} {f:>14}: {_spread(values, 3 if f in ('precision', 'seconds') or 'recall' in f or 'whole' in f else 0)}"
-            )
+            digits = 0 if f in ("answers", "groups", "singletons", "largest") else 3
+            print(f"  n={n} {f:>14}: {_spread([float(getattr(o, f)) for o in outcomes], digits)}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from course_lib.autograder.answer_groups import (
     MIN_FUZZY_TOKENS,
     THRESHOLD,
     AnswerGroup,
+    _near_pairs,
     answer_tokens,
     group_answers,
     normalise_answer,
@@ -55,6 +56,17 @@ def test_normalisation_keeps_math_and_code_as_written():
     assert normalise_answer("a snake_case name") == "a snake_case name"
 
 
+def test_pasted_images_and_their_targets_stay_as_written():
+    # the picture is not compared: its markup must not vanish, or every image answer would be ""
+    assert normalise_answer("![Plot](attachment:image.png)") == "![plot](attachment:image.png)"
+
+
+def test_hostile_markdown_normalises_to_text():
+    assert normalise_answer("`" * 5000) == "`" * 5000
+    assert normalise_answer("[" * 5000) == "[" * 5000
+    assert normalise_answer("." * 5000) == ""
+
+
 def test_tokens_are_words_numbers_and_symbol_runs():
     assert answer_tokens("exp(10^4) -> inf") == ["exp", "(", "10", "^", "4", ")", "->", "inf"]
 
@@ -77,6 +89,20 @@ def test_a_typo_joins_the_group_as_near_identical():
     assert not groups[0].identical
     assert groups[0].students[:2] == ("a", "b")  # the identical pair's text is the representative
     assert groups[0].similarity == pytest.approx(similarity(LONG, typo)) and THRESHOLD <= groups[0].similarity < 1
+
+
+def test_a_moved_sentence_keeps_the_answer_in_its_group():
+    first, second = "The mean is -inf when one score is masked.", "Then every shifted score is inf or nan."
+    moved = f"{second} {first}"
+    assert similarity(f"{first} {second}", moved) == 1.0
+    groups = group_answers({"a": f"{first} {second}", "b": moved})
+    assert [g.students for g in groups] == [("a", "b")] and not groups[0].identical
+
+
+def test_a_sentence_added_to_a_copy_keeps_it_in_the_group():
+    added = LONG + " That is why the book subtracts the max."
+    assert THRESHOLD <= similarity(LONG, added) < 1
+    assert _groups_of(group_answers({"a": LONG, "b": added})) == {frozenset("ab")}
 
 
 def test_different_answers_stay_apart():
@@ -169,8 +195,10 @@ def test_a_threshold_outside_zero_to_one_is_a_value_error(threshold):
 
 # --- properties ----------------------------------------------------------------------------------
 
-_WORDS = st.sampled_from("the mean max score exp overflow inf nan shift is not safe far above $x_i$ **so** 0".split())
-_TEXTS = st.lists(_WORDS, min_size=1, max_size=16).map(" ".join)
+_WORDS = st.sampled_from(
+    "the mean max score exp overflow inf nan shift is not safe far above $x_i$ **so** 0 . ! ?".split()
+)
+_TEXTS = st.lists(_WORDS, min_size=1, max_size=24).map(" ".join)
 _CLASSES = st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), _TEXTS, max_size=25)
 
 
@@ -208,8 +236,31 @@ def test_members_are_within_the_threshold_of_the_representative_and_each_other(a
 
 
 @settings(max_examples=100, deadline=None)
+@given(_TEXTS, _TEXTS)
+def test_similarity_is_symmetric_and_one_for_equal_normalised_texts(a, b):
+    assert similarity(a, b) == similarity(b, a)
+    assert 0 <= similarity(a, b) <= 1
+    assert similarity(a, "  " + a.replace(" ", "\n ") + " .") == 1.0
+
+
+@settings(max_examples=100, deadline=None)
 @given(_CLASSES, st.randoms())
 def test_groups_are_deterministic(answers, rnd):
     items = list(answers.items())
     rnd.shuffle(items)
     assert group_answers(dict(items), threshold=0.7) == group_answers(answers, threshold=0.7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(_WORDS, min_size=MIN_FUZZY_TOKENS, max_size=30), max_size=30), st.floats(0.5, 0.99))
+def test_the_candidate_bound_never_drops_a_pair_at_the_threshold(texts, threshold):
+    tokens = [answer_tokens(normalise_answer(" ".join(t))) for t in texts]
+    tokens = [t for t in tokens if len(t) >= 2]
+    found = _near_pairs(tokens, threshold)
+    texts = [" ".join(t) for t in tokens]
+    for a in range(len(texts)):
+        for b in range(a + 1, len(texts)):
+            x = similarity(texts[a], texts[b])
+            assert (x >= threshold) == (b in found.get(a, {})), (texts[a], texts[b], x)
+            if x >= threshold:
+                assert found[a][b] == x
