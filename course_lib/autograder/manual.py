@@ -1,0 +1,514 @@
+"""The manual grading store: the points graders give by hand, kept in the gradebook.
+
+A question graded by hand has a setup (its points and a rubric of items with points, edited by
+the graders); each student's answer to it gets a grade (the rubric items that apply, points
+added or taken off, a comment to the student); answers split off their answer group are kept;
+look-alike pairs get a decision (confirmed or dismissed, with a note).
+
+Every change is one ``BEGIN IMMEDIATE`` transaction that checks the version the grader's
+change is based on (``expected``: the id of the last decision on what they changed, as they
+read it; 0 when nothing was stored), writes, and appends one line per thing changed to the
+``decisions`` history (who, when, what before and after, why). A stale version raises
+:class:`Conflict` naming who changed it and when, and saves nothing: two graders never
+overwrite each other silently. ``Gradebook(db).manual`` is the store of a gradebook.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .history import now
+from .lookalike import REFERENCE
+from .manual_schema import (
+    VERDICTS,
+    AnswerGrade,
+    Decision,
+    PairDecision,
+    QuestionSetup,
+    RubricItem,
+    answer_target,
+    finite,
+    grade_points,
+    pair_target,
+    rubrics,
+)
+
+__all__ = [
+    "AnswerGrade",
+    "Conflict",
+    "Decision",
+    "ManualStore",
+    "PairDecision",
+    "QuestionSetup",
+    "RubricItem",
+    "answer_target",
+    "pair_target",
+]
+
+_DECISION = "SELECT id, at, by, kind, assignment, target, before, after, reason FROM decisions"
+
+
+class Conflict(Exception):
+    """A save based on a stale version: someone saved first; nothing was saved.
+
+    Args:
+        what: what the save would have changed (``question ch02-q1 of 02_self_attention``).
+        current: what is stored now (a QuestionSetup, AnswerGrade, PairDecision, or None).
+        by: who made the change the save did not know of.
+        at: when (ISO 8601, UTC).
+        expected: the version the save was based on.
+        version: the version stored now.
+    """
+
+    def __init__(self, what: str, current: Any, by: str, at: str, expected: int, version: int):
+        self.what, self.current, self.by, self.at = what, current, by, at
+        self.expected, self.version = expected, version
+        super().__init__(
+            f"{what} was changed by {by} at {at} since you read it (version {version}, yours {expected}); "
+            "nothing was saved: reload it and decide again"
+        )
+
+
+def _json(data: Any) -> str:
+    return "" if data is None else json.dumps(data, sort_keys=True, ensure_ascii=False)
+
+
+def _text(name: str, value: Any, *, required: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    if required and not value.strip():
+        raise ValueError(f"{name} must not be empty, got {value!r}")
+    return value
+
+
+def _setup_json(setup: QuestionSetup) -> dict[str, Any]:
+    return {"max_points": setup.max_points, "rubric": [[i.id, i.text, i.points] for i in setup.rubric]}
+
+
+def _grade_json(grade: AnswerGrade | None) -> dict[str, Any] | None:
+    if grade is None:
+        return None
+    return {"items": list(grade.items), "adjust": grade.adjust, "comment": grade.comment, "points": grade.points}
+
+
+class ManualStore:
+    """The manual grading store of a gradebook's connection (see the module's docstring).
+
+    Args:
+        conn: the gradebook's connection (autocommit: ``isolation_level=None``), migrated.
+    """
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+    def _decide(
+        self,
+        kind: str,
+        assignment: str,
+        target: str,
+        before: Any,
+        after: Any,
+        *,
+        by: str,
+        at: str,
+        reason: str = "",
+        students: tuple[str | None, str | None] = (None, None),
+    ) -> int:
+        """Append one decision (inside the caller's transaction); returns its id."""
+        cursor = self.conn.execute(
+            "INSERT INTO decisions (at, by, kind, assignment, target, before, after, reason, student, other) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (at, by, kind, assignment, target, _json(before), _json(after), reason, *students),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def _conflict(self, what: str, current: Any, expected: int, version: int) -> Conflict:
+        row = self.conn.execute("SELECT by, at FROM decisions WHERE id = ?", (version,)).fetchone()
+        by, at = row if row else ("?", "?")
+        return Conflict(what, current, by, at, expected, version)
+
+    def _last_version(self, assignment: str, target: str, kinds: tuple[str, ...]) -> int:
+        """The id of the newest decision of ``kinds`` on ``target`` (0 when none)."""
+        marks = ", ".join("?" * len(kinds))
+        row = self.conn.execute(
+            f"SELECT MAX(id) FROM decisions WHERE assignment = ? AND target = ? AND kind IN ({marks})",
+            (assignment, target, *kinds),
+        ).fetchone()
+        return int(row[0] or 0)
+
+    def _missing_records(self, assignment: str, students: Sequence[str]) -> list[str]:
+        """The students of ``students`` with no record of ``assignment`` in the gradebook."""
+        marks = ", ".join("?" * len(students))
+        found = {
+            s
+            for (s,) in self.conn.execute(
+                f"SELECT student FROM results WHERE assignment = ? AND student IN ({marks})", (assignment, *students)
+            )
+        }
+        return [s for s in students if s not in found]
+
+    def _require_records(self, assignment: str, students: Sequence[str], name: str = "students") -> None:
+        missing = self._missing_records(assignment, students)
+        if missing:
+            raise ValueError(
+                f"{name}: no record of {assignment!r} in the gradebook for {', '.join(map(repr, missing))}"
+            )
+
+    # -- question setups -------------------------------------------------------------------
+
+    def setup(self, assignment: str, question: str) -> QuestionSetup:
+        """A question's setup (max_points 0, no rubric, version 0 when it has none)."""
+        row = self.conn.execute(
+            "SELECT max_points, version FROM manual_questions WHERE assignment = ? AND question = ?",
+            (assignment, question),
+        ).fetchone()
+        items = self.conn.execute(
+            "SELECT id, text, points FROM manual_rubric WHERE assignment = ? AND question = ? ORDER BY position",
+            (assignment, question),
+        )
+        rubric = tuple(RubricItem(*item) for item in items)
+        max_points, version = row if row else (0.0, 0)
+        return QuestionSetup(assignment, question, float(max_points), rubric, int(version))
+
+    def setups(self, assignment: str) -> dict[str, QuestionSetup]:
+        """Every question of ``assignment`` that has a setup, in the order they were first set."""
+        items = rubrics(self.conn, assignment)
+        rows = self.conn.execute(
+            "SELECT question, max_points, version FROM manual_questions WHERE assignment = ? ORDER BY rowid",
+            (assignment,),
+        )
+        return {
+            q: QuestionSetup(assignment, q, float(m), tuple(items.get((assignment, q), ())), int(v)) for q, m, v in rows
+        }
+
+    def set_question(
+        self,
+        assignment: str,
+        question: str,
+        *,
+        max_points: float,
+        rubric: Sequence[tuple[int | None, str, float]],
+        by: str,
+        expected: int,
+        reason: str = "",
+    ) -> QuestionSetup:
+        """Set a question's points and replace its rubric whole.
+
+        Args:
+            assignment: the assignment's name.
+            question: the question's id.
+            max_points: its points (finite, >= 0; 0: not graded by hand).
+            rubric: its items in order, ``(id, text, points)``: id None for a new item, else one
+                of this question's items (kept, its text and points replaced); an item left out
+                is deleted, and dropped from every grade that applied it.
+            by: the grader.
+            expected: the setup's version the change is based on (0: no setup yet).
+            reason: why (kept in the history).
+
+        Returns:
+            The setup as now stored.
+        """
+        _text("question", question, required=True)
+        by = _text("by", by, required=True)
+        max_points = finite("max_points", max_points)
+        if max_points < 0:
+            raise ValueError(f"max_points must be >= 0, got {max_points:g}")
+        items = [
+            (item, _text(f"rubric[{n}] text", text, required=True), finite(f"rubric[{n}] points", points))
+            for n, (item, text, points) in enumerate(rubric)
+        ]
+        ids = [item for item, _, _ in items if item is not None]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"rubric: each item id at most once, got {ids}")
+        with self._transaction():
+            current = self.setup(assignment, question)
+            if current.version != expected:
+                raise self._conflict(f"question {question} of {assignment}", current, expected, current.version)
+            unknown = sorted(set(ids) - {i.id for i in current.rubric})
+            if unknown:
+                raise ValueError(f"rubric: item ids {unknown} are not items of {question}'s rubric")
+            kept = ", ".join(str(i) for i in ids) or "NULL"
+            self.conn.execute(
+                f"DELETE FROM manual_rubric WHERE assignment = ? AND question = ? AND id NOT IN ({kept})",
+                (assignment, question),
+            )
+            for position, (item, text, points) in enumerate(items):
+                if item is None:
+                    self.conn.execute(
+                        "INSERT INTO manual_rubric (assignment, question, position, text, points) VALUES (?, ?, ?, ?, ?)",
+                        (assignment, question, position, text, points),
+                    )
+                else:
+                    self.conn.execute(
+                        "UPDATE manual_rubric SET position = ?, text = ?, points = ? WHERE id = ?",
+                        (position, text, points, item),
+                    )
+            after = QuestionSetup(assignment, question, max_points, self.setup(assignment, question).rubric, 0)
+            version = self._decide(
+                "question", assignment, question, _setup_json(current) if current.version else None,
+                _setup_json(after), by=by, at=now(), reason=reason,
+            )  # fmt: skip
+            self.conn.execute(
+                "INSERT INTO manual_questions VALUES (?, ?, ?, ?) ON CONFLICT (assignment, question) "
+                "DO UPDATE SET max_points = excluded.max_points, version = excluded.version",
+                (assignment, question, max_points, version),
+            )
+        return QuestionSetup(assignment, question, max_points, after.rubric, version)
+
+    # -- answer grades ---------------------------------------------------------------------
+
+    def _grades(self, setup: QuestionSetup, students: Sequence[str] | None = None) -> dict[str, AnswerGrade]:
+        sql = (
+            "SELECT student, items, adjust, comment, by, at, version FROM manual_grades "
+            "WHERE assignment = ? AND question = ?"
+        )
+        args: tuple[Any, ...] = (setup.assignment, setup.question)
+        if students is not None:
+            sql += f" AND student IN ({', '.join('?' * len(students))})"
+            args += tuple(students)
+        known = {item.id for item in setup.rubric}
+        found = {}
+        for student, items, adjust, comment, by, at, version in self.conn.execute(sql + " ORDER BY student", args):
+            applied = tuple(i for i in json.loads(items) if i in known)
+            points = grade_points(setup.rubric, applied, adjust, setup.max_points)
+            found[student] = AnswerGrade(
+                setup.assignment, setup.question, student, applied, adjust, comment, points, by, at, version
+            )
+        return found
+
+    def grades(self, assignment: str, question: str) -> dict[str, AnswerGrade]:
+        """Every graded answer to a question, by student."""
+        return self._grades(self.setup(assignment, question))
+
+    def grade(
+        self,
+        assignment: str,
+        question: str,
+        students: Sequence[str],
+        *,
+        items: Sequence[int],
+        adjust: float,
+        comment: str,
+        by: str,
+        expected: Mapping[str, int],
+        reason: str = "",
+    ) -> list[AnswerGrade]:
+        """Give the same grade to the answers of ``students`` (one student, or an answer group),
+        all or nothing.
+
+        Args:
+            assignment: the assignment's name.
+            question: the question's id (graded by hand: its max_points > 0).
+            students: whose answers (each with a record of ``assignment``).
+            items: the ids of this question's rubric items that apply.
+            adjust: points added (may be negative; finite).
+            comment: to the student (Markdown).
+            by: the grader.
+            expected: each student's grade version the grade is based on (0: ungraded).
+            reason: why (kept in the history).
+
+        Returns:
+            The grades as now stored, in the order of ``students``.
+        """
+        students = list(students)
+        if not students or len(set(students)) != len(students):
+            raise ValueError(f"students: one or more students, each once, got {students!r}")
+        unexpected = [s for s in students if s not in expected]
+        if unexpected:
+            raise ValueError(f"expected: the version each student's grade is based on, none for {unexpected!r}")
+        adjust, comment, by = finite("adjust", adjust), _text("comment", comment), _text("by", by, required=True)
+        applied = tuple(dict.fromkeys(int(i) for i in items))
+        self._require_records(assignment, students)
+        with self._transaction():
+            setup = self.setup(assignment, question)
+            if setup.max_points <= 0:
+                raise ValueError(f"question: {question!r} of {assignment!r} is not graded by hand (max_points 0)")
+            unknown = sorted(set(applied) - {i.id for i in setup.rubric})
+            if unknown:
+                raise ValueError(f"items: {unknown} are not items of {question}'s rubric")
+            current = self._grades(setup, students)
+            for student in students:
+                version = current[student].version if student in current else 0
+                if version != expected[student]:
+                    raise self._stale(assignment, question, student, current.get(student), expected[student])
+            at = now()
+            points = grade_points(setup.rubric, applied, adjust, setup.max_points)
+            saved = []
+            for student in students:
+                grade = AnswerGrade(assignment, question, student, applied, adjust, comment, points, by, at, 0)
+                version = self._decide(
+                    "grade", assignment, answer_target(question, student), _grade_json(current.get(student)),
+                    _grade_json(grade), by=by, at=at, reason=reason, students=(student, None),
+                )  # fmt: skip
+                self.conn.execute(
+                    "INSERT INTO manual_grades VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (assignment, question, student) DO UPDATE SET items = excluded.items, "
+                    "adjust = excluded.adjust, comment = excluded.comment, by = excluded.by, at = excluded.at, "
+                    "version = excluded.version",
+                    (assignment, question, student, json.dumps(list(applied)), adjust, comment, by, at, version),
+                )
+                saved.append(
+                    AnswerGrade(assignment, question, student, applied, adjust, comment, points, by, at, version)
+                )
+        return saved
+
+    def _stale(
+        self, assignment: str, question: str, student: str, current: AnswerGrade | None, expected: int
+    ) -> Conflict:
+        """The Conflict of an answer whose version is not the one expected (when its grade was
+        cleared, the clearing is the change)."""
+        target = answer_target(question, student)
+        version = self._last_version(assignment, target, ("grade", "clear")) if current is None else current.version
+        return self._conflict(f"{student}'s answer to {question} of {assignment}", current, expected, version)
+
+    def clear_grade(self, assignment: str, question: str, student: str, *, by: str, expected: int) -> None:
+        """Remove a student's grade of a question (the answer is ungraded again).
+
+        Args:
+            assignment: the assignment's name.
+            question: the question's id.
+            student: whose grade.
+            by: the grader.
+            expected: the grade's version the removal is based on.
+        """
+        by = _text("by", by, required=True)
+        with self._transaction():
+            setup = self.setup(assignment, question)
+            current = self._grades(setup, [student]).get(student)
+            version = 0 if current is None else current.version
+            if version != expected:
+                raise self._stale(assignment, question, student, current, expected)
+            if current is None:
+                raise ValueError(f"student: {student}'s answer to {question} of {assignment} has no grade to clear")
+            self._decide(
+                "clear", assignment, answer_target(question, student), _grade_json(current), None,
+                by=by, at=now(), students=(student, None),
+            )  # fmt: skip
+            self.conn.execute(
+                "DELETE FROM manual_grades WHERE assignment = ? AND question = ? AND student = ?",
+                (assignment, question, student),
+            )
+
+    # -- answer groups split by a grader ---------------------------------------------------
+
+    def splits(self, assignment: str, question: str) -> frozenset[str]:
+        """The students whose answer a grader split off its group."""
+        rows = self.conn.execute(
+            "SELECT student FROM manual_splits WHERE assignment = ? AND question = ?", (assignment, question)
+        )
+        return frozenset(s for (s,) in rows)
+
+    def set_split(self, assignment: str, question: str, student: str, split: bool, *, by: str) -> None:
+        """Split a student's answer off its group (``split``), or let it join again; a change
+        is kept in the history, a no-change writes nothing."""
+        by = _text("by", by, required=True)
+        self._require_records(assignment, [student], "student")
+        with self._transaction():
+            was = student in self.splits(assignment, question)
+            if was == bool(split):
+                return
+            if split:
+                self.conn.execute("INSERT INTO manual_splits VALUES (?, ?, ?)", (assignment, question, student))
+            else:
+                self.conn.execute(
+                    "DELETE FROM manual_splits WHERE assignment = ? AND question = ? AND student = ?",
+                    (assignment, question, student),
+                )
+            self._decide(
+                "split" if split else "unsplit", assignment, answer_target(question, student), {"split": was},
+                {"split": bool(split)}, by=by, at=now(), students=(student, None),
+            )  # fmt: skip
+
+    # -- look-alike pairs ------------------------------------------------------------------
+
+    def pairs(self, assignment: str) -> dict[tuple[str, str], PairDecision]:
+        """Every decided look-alike pair of ``assignment``, by ``(a, b)`` sorted."""
+        rows = self.conn.execute(
+            "SELECT a, b, verdict, note, by, at, version FROM manual_pairs WHERE assignment = ? ORDER BY a, b",
+            (assignment,),
+        )
+        return {(row[0], row[1]): PairDecision(assignment, *row) for row in rows}
+
+    def decide_pair(
+        self, assignment: str, a: str, b: str, *, verdict: str, note: str, by: str, expected: int
+    ) -> PairDecision:
+        """Decide a look-alike pair.
+
+        Args:
+            assignment: the assignment's name.
+            a: one student.
+            b: the other, or :data:`.lookalike.REFERENCE`.
+            verdict: ``confirmed`` (a note is required) or ``dismissed``.
+            note: the grader's note.
+            by: the grader.
+            expected: the pair's version the decision is based on (0: undecided).
+
+        Returns:
+            The decision as now stored.
+        """
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
+        note, by = _text("note", note), _text("by", by, required=True)
+        if verdict == "confirmed" and not note.strip():
+            raise ValueError("note: confirming a pair needs a note saying why (kept in the history), got an empty note")
+        if a == b:
+            raise ValueError(f"b: a pair is two different students, got {a!r} twice")
+        a, b = sorted((a, b))
+        self._require_records(assignment, [s for s in (a, b) if s != REFERENCE], "a, b")
+        with self._transaction():
+            current = self.pairs(assignment).get((a, b))
+            version = 0 if current is None else current.version
+            if version != expected:
+                raise self._conflict(f"the pair {a} ~ {b} of {assignment}", current, expected, version)
+            at = now()
+            before = None if current is None else {"verdict": current.verdict, "note": current.note}
+            version = self._decide(
+                "pair", assignment, pair_target(a, b), before, {"verdict": verdict, "note": note},
+                by=by, at=at, reason=note, students=(a, b),
+            )  # fmt: skip
+            self.conn.execute(
+                "INSERT INTO manual_pairs VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (assignment, a, b) "
+                "DO UPDATE SET verdict = excluded.verdict, note = excluded.note, by = excluded.by, "
+                "at = excluded.at, version = excluded.version",
+                (assignment, a, b, verdict, note, by, at, version),
+            )
+        return PairDecision(assignment, a, b, verdict, note, by, at, version)  # type: ignore[arg-type]
+
+    # -- history ---------------------------------------------------------------------------
+
+    def history(self, assignment: str | None = None, target: str | None = None) -> list[Decision]:
+        """The decisions (of one assignment, of one target: a question's id,
+        :func:`answer_target`, :func:`pair_target`), oldest first."""
+        where, args = [], []
+        if assignment is not None:
+            where.append("assignment = ?")
+            args.append(assignment)
+        if target is not None:
+            where.append("target = ?")
+            args.append(target)
+        sql = _DECISION + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        return [Decision(*row) for row in self.conn.execute(sql, args)]
+
+    def about(self, student: str, assignment: str | None = None) -> list[Decision]:
+        """The decisions about a student's answers and pairs (of one assignment, or all), oldest first."""
+        sql = _DECISION + " WHERE (student = ? OR other = ?)"
+        args: tuple[str, ...] = (student, student)
+        if assignment is not None:
+            sql += " AND assignment = ?"
+            args += (assignment,)
+        return [Decision(*row) for row in self.conn.execute(sql + " ORDER BY id", args)]

@@ -1,0 +1,272 @@
+"""The manual grading store's tables and what it reads back: question setups, answer grades,
+pair decisions and the append-only history of decisions.
+
+Kept apart from :mod:`.manual` (the store's changes) so that the records' manual points
+(:mod:`.manual_points`) read them without importing the writer. A gradebook made before the
+store existed (``PRAGMA user_version`` 1) gets the tables when it is opened, in one
+transaction (:func:`migrate`); nothing in it changes.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+__all__ = [
+    "AnswerGrade",
+    "Decision",
+    "PairDecision",
+    "QuestionSetup",
+    "RubricItem",
+    "Verdict",
+    "VERDICTS",
+    "VERSION",
+    "answer_target",
+    "migrate",
+    "pair_target",
+]
+
+#: ``PRAGMA user_version`` of a gradebook with the manual grading store.
+VERSION = 2
+
+#: A look-alike pair's decision: the pair copied (``confirmed``) or not (``dismissed``).
+Verdict = Literal["confirmed", "dismissed"]
+VERDICTS: tuple[str, ...] = get_args(Verdict)
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS manual_questions (
+    assignment  TEXT NOT NULL,
+    question    TEXT NOT NULL,
+    max_points  REAL NOT NULL,
+    version     INTEGER NOT NULL,
+    PRIMARY KEY (assignment, question)
+)""",
+    """CREATE TABLE IF NOT EXISTS manual_rubric (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    assignment  TEXT NOT NULL,
+    question    TEXT NOT NULL,
+    position    INTEGER NOT NULL,
+    text        TEXT NOT NULL,
+    points      REAL NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS manual_rubric_of ON manual_rubric (assignment, question, position)",
+    """CREATE TABLE IF NOT EXISTS manual_grades (
+    assignment  TEXT NOT NULL,
+    question    TEXT NOT NULL,
+    student     TEXT NOT NULL,
+    items       TEXT NOT NULL,
+    adjust      REAL NOT NULL,
+    comment     TEXT NOT NULL,
+    by          TEXT NOT NULL,
+    at          TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    PRIMARY KEY (assignment, question, student)
+)""",
+    """CREATE TABLE IF NOT EXISTS manual_splits (
+    assignment  TEXT NOT NULL,
+    question    TEXT NOT NULL,
+    student     TEXT NOT NULL,
+    PRIMARY KEY (assignment, question, student)
+)""",
+    """CREATE TABLE IF NOT EXISTS manual_pairs (
+    assignment  TEXT NOT NULL,
+    a           TEXT NOT NULL,
+    b           TEXT NOT NULL,
+    verdict     TEXT NOT NULL,
+    note        TEXT NOT NULL,
+    by          TEXT NOT NULL,
+    at          TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    PRIMARY KEY (assignment, a, b)
+)""",
+    # student / other: the students a decision is about (for a student's history), not shown
+    """CREATE TABLE IF NOT EXISTS decisions (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    at          TEXT NOT NULL,
+    by          TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    assignment  TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    before      TEXT NOT NULL,
+    after       TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    student     TEXT,
+    other       TEXT
+)""",
+    "CREATE INDEX IF NOT EXISTS decisions_of ON decisions (assignment, target, id)",
+    "CREATE INDEX IF NOT EXISTS decisions_student ON decisions (student)",
+    "CREATE INDEX IF NOT EXISTS decisions_other ON decisions (other)",
+)
+
+
+@dataclass(frozen=True)
+class RubricItem:
+    """One rubric item of a question graded by hand.
+
+    Args:
+        id: unique in the gradebook, stable across edits of the rubric.
+        text: what it says (Markdown).
+        points: its points; negative for a deduction.
+    """
+
+    id: int
+    text: str
+    points: float
+
+
+@dataclass(frozen=True)
+class QuestionSetup:
+    """How a question is graded by hand.
+
+    Args:
+        assignment: the assignment's name.
+        question: the question's id.
+        max_points: its points; 0 when it is not graded by hand.
+        rubric: its rubric items, in order.
+        version: the id of the last decision on this setup, 0 when none.
+    """
+
+    assignment: str
+    question: str
+    max_points: float
+    rubric: tuple[RubricItem, ...]
+    version: int
+
+
+@dataclass(frozen=True)
+class AnswerGrade:
+    """A grader's points for one student's answer to one question.
+
+    Args:
+        assignment: the assignment's name.
+        question: the question's id.
+        student: the student's id.
+        items: the ids of the rubric items applied (items since deleted are dropped on read).
+        adjust: points added (may be negative).
+        comment: to the student (Markdown).
+        points: ``min(max(sum of the items' points + adjust, 0), max_points)``, computed on read.
+        by: the grader.
+        at: when (ISO 8601, UTC).
+        version: the id of the last decision on this answer.
+    """
+
+    assignment: str
+    question: str
+    student: str
+    items: tuple[int, ...]
+    adjust: float
+    comment: str
+    points: float
+    by: str
+    at: str
+    version: int
+
+
+@dataclass(frozen=True)
+class PairDecision:
+    """A grader's decision on a look-alike pair.
+
+    Args:
+        assignment: the assignment's name.
+        a: the first student (``(a, b)`` sorted).
+        b: the second student, or :data:`.lookalike.REFERENCE`.
+        verdict: ``confirmed`` or ``dismissed``.
+        note: the grader's note (required to confirm).
+        by: the grader.
+        at: when (ISO 8601, UTC).
+        version: the id of the last decision on this pair.
+    """
+
+    assignment: str
+    a: str
+    b: str
+    verdict: Verdict
+    note: str
+    by: str
+    at: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One line of the manual grading history.
+
+    Args:
+        id: its place in the history (increasing); the version of what it changed.
+        at: when (ISO 8601, UTC).
+        by: the grader.
+        kind: ``question``, ``grade``, ``clear``, ``split``, ``unsplit`` or ``pair``.
+        assignment: the assignment's name.
+        target: what it changed: the question's id, :func:`answer_target` or :func:`pair_target`.
+        before: what was stored before, as JSON text ("" when nothing).
+        after: what is stored after, as JSON text ("" when nothing).
+        reason: why (the grader's words; may be empty).
+    """
+
+    id: int
+    at: str
+    by: str
+    kind: str
+    assignment: str
+    target: str
+    before: str
+    after: str
+    reason: str
+
+
+def answer_target(question: str, student: str) -> str:
+    """The history's target of one student's answer: ``question/student``."""
+    return f"{question}/{student}"
+
+
+def pair_target(a: str, b: str) -> str:
+    """The history's target of a look-alike pair: ``a ~ b``, the two sorted."""
+    first, second = sorted((a, b))
+    return f"{first} ~ {second}"
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Give a gradebook (``user_version`` 1, with its history) the manual grading tables, in one
+    transaction (a second grader opening the same file waits, then finds it done)."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < VERSION:
+            for statement in SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def rubrics(conn: sqlite3.Connection, assignment: str | None = None) -> dict[tuple[str, str], list[RubricItem]]:
+    """Every question's rubric items in order, by (assignment, question) (of one assignment, or all)."""
+    sql = "SELECT assignment, question, id, text, points FROM manual_rubric"
+    rows = conn.execute(
+        sql + (" ORDER BY position" if assignment is None else " WHERE assignment = ? ORDER BY position"),
+        () if assignment is None else (assignment,),
+    )
+    found: dict[tuple[str, str], list[RubricItem]] = {}
+    for a, q, item, text, points in rows:
+        found.setdefault((a, q), []).append(RubricItem(item, text, points))
+    return found
+
+
+def grade_points(items: tuple[RubricItem, ...], applied: tuple[int, ...], adjust: float, max_points: float) -> float:
+    """An answer's points: its items' points plus ``adjust``, between 0 and ``max_points``."""
+    points = {item.id: item.points for item in items}
+    total = sum(points[i] for i in applied if i in points) + adjust
+    return float(min(max(total, 0.0), max_points))
+
+
+def finite(name: str, value: float) -> float:
+    """``value`` as a float, or a ValueError naming ``name`` when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
