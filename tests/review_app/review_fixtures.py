@@ -12,7 +12,7 @@ from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.review_app import create_app
 
 A = "02_self_attention"
-Q = "q-mean"
+Q = "ch02-nb-mean-shift"
 TOKEN = "t" * 20 + "-secret-token-of-the-tests-0123456789"
 #: A student's hostile answer: markup that must be shown as text, never run.
 HOSTILE = '<script>alert(1)</script><img src=x onerror="alert(2)">'
