@@ -26,11 +26,11 @@ from flask import (
 from werkzeug.wrappers import Response
 
 from ..answer_text import QuestionsError, questions
-from ..manual import Conflict
+from ..manual import AnswerGrade, Conflict
 from .context import gradebook
 from .data import answers_of, assignments
 from .forms import GradeForm, grade_form, number, rubric_form
-from .question_view import grade_status, grouped, question_view
+from .question_view import GroupView, grade_status, grouped, question_view
 
 __all__ = ["answers"]
 
@@ -71,13 +71,22 @@ def _page(assignment: str, question: str, status: int = 200, **extra: Any) -> tu
     view = question_view(gradebook(), current_app.config["EXERCISES"], assignment, question)
     if view is None:
         abort(404, f"no question {question!r} in assignment {assignment!r}")
-    extra.setdefault("messages", {})
-    extra.setdefault("kept", {})
+    _rekey(view.groups, extra.setdefault("messages", {}), extra.setdefault("kept", {}))
     kept = extra.setdefault("rubric_kept", None)
     extra["rubric_rows"] = (
         list(kept.rows) if kept else [(item.id, item.text, f"{item.points:g}") for item in view.setup.rubric]
     )
     return render_template("question.html", q=view, saved=request.args.get("saved", ""), **extra), status
+
+
+def _rekey(groups: tuple[GroupView, ...], messages: dict[str, str], kept: dict[str, GradeForm]) -> None:
+    """File a refused grade's message and input under the group that now holds its students (the
+    groups may have changed since the page was read: another grader split a member off)."""
+    for key, form in list(kept.items()):
+        holder = next((g.group.key for g in groups if set(form.expected) & set(g.group.students)), key)
+        if holder != key:
+            kept[holder] = kept.pop(key)
+            messages[holder] = messages.pop(key, "")
 
 
 def _back(assignment: str, question: str, anchor: str = "", saved: str = "") -> Response:
@@ -112,13 +121,19 @@ def rubric(assignment: str, question: str) -> Response | tuple[str, int]:
     return _back(assignment, question, "rubric", "rubric")
 
 
-def _conflict_message(err: Conflict) -> str:
-    """What the other grader saved, after the Conflict's own sentence."""
+def _conflict_message(err: Conflict, assignment: str, question: str) -> str:
+    """The Conflict's own sentence (who changed what, when), then what they saved; the grader's
+    input stays on the page, and saving it again replaces theirs knowingly."""
     current = err.current
-    if current is None or not hasattr(current, "points"):
-        return f"{err} (their change removed the grade)."
-    comment = f', comment "{current.comment}"' if current.comment else ""
-    return f"{err}. They gave {current.points:g} points (items {list(current.items)}{comment})."
+    if not isinstance(current, AnswerGrade):
+        return f"{err}. Their change removed the grade. Your input is kept: save again to grade."
+    texts = {item.id: item.text for item in gradebook().manual.setup(assignment, question).rubric}
+    items = "; ".join(texts.get(i, f"item {i}") for i in current.items) or "no rubric item"
+    comment = f", with the comment: {current.comment}" if current.comment else ""
+    return (
+        f"{err}. They gave {current.points:g} points ({items}){comment}. "
+        "Your input is kept: save again to replace their grade."
+    )
 
 
 def _wants_json() -> bool:
@@ -139,7 +154,7 @@ def grade(assignment: str, question: str) -> Response | tuple[str, int] | tuple[
             comment=form.comment, by=g.grader, expected=form.expected,
         )  # fmt: skip
     except (Conflict, ValueError) as err:
-        message = _conflict_message(err) if isinstance(err, Conflict) else str(err)
+        message = _conflict_message(err, assignment, question) if isinstance(err, Conflict) else str(err)
         return _refused(assignment, question, form, message, 409 if isinstance(err, Conflict) else 400)
     if not _wants_json():
         return _back(assignment, question, f"g-{form.group}", form.group)
