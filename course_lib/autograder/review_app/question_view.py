@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from ..answer_groups import AnswerGroup, group_answers
 from ..answer_text import QuestionsError, questions, render_markdown
 from ..gradebook import Gradebook
 from ..manual import AnswerGrade, QuestionSetup
 from .data import Answer, answers_of
-from .standins import AnswerGroup, group_answers
 
 __all__ = ["Member", "GroupView", "QuestionView", "question_view", "grouped", "grade_status"]
 
