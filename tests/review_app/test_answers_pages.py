@@ -33,13 +33,13 @@ def client(app):
 def _groups(html: str) -> list[list[str]]:
     """The members of each group on a question's page, in page order."""
     sections = html.split('<section class="group"')[1:]
-    return [re.findall(r'name="student" value="([^"]+)"', s) for s in sections]
+    return [re.findall(r'<li data-student="([^"]+)"', s) for s in sections]
 
 
 def _expected(html: str, student: str) -> str:
     """The hidden ``expected`` value of the group form that holds ``student``."""
     for section in html.split('<section class="group"')[1:]:
-        if f'name="student" value="{student}"' in section:
+        if f'<li data-student="{student}"' in section:
             return json.loads(re.search(r'name="expected" value="([^"]+)"', section)[1].replace("&#34;", '"'))
     raise AssertionError(student)
 

@@ -113,7 +113,7 @@ def test_a_member_split_off_is_graded_apart(page, served):
     first.get_by_role("button", name="Split cat off this group").click()
     page.wait_for_load_state()
     cat = page.locator("section.group", has_text="Group 2: 1 answer").first
-    assert cat.locator('input[name="student"][value="cat"]').count() == 1
+    assert cat.locator('li[data-student="cat"]').count() == 1
     cat.get_by_role("checkbox").nth(1).check()  # "wrong sign"
     cat.get_by_label("Comment to the student").fill("Check the sign.")
     cat.get_by_role("button", name="Save grade").click()

@@ -44,8 +44,11 @@ def csrf_token() -> str:
 
 
 def csrf_field() -> Markup:
-    """The hidden ``csrf`` input every POST form of the app carries (for the templates)."""
-    return Markup('<input type="hidden" name="csrf" value="{}">').format(escape(csrf_token()))
+    """The hidden ``csrf`` input every POST form of the app carries (for the templates; made once
+    per request, as a page of 1,000 answers has as many forms)."""
+    if "csrf_field" not in g:
+        g.csrf_field = Markup('<input type="hidden" name="csrf" value="{}">').format(escape(csrf_token()))
+    return Markup(g.csrf_field)
 
 
 def _same(given: str | None, expected: str) -> bool:
