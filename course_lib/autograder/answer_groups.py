@@ -297,13 +297,21 @@ def _key(students: tuple[str, ...]) -> str:
 
 
 def group_answers(
-    answers: Mapping[str, str], *, apart: Collection[str] = (), threshold: float = THRESHOLD
+    answers: Mapping[str, str],
+    *,
+    apart: Collection[str] = (),
+    pictures: Mapping[str, str] | None = None,
+    threshold: float = THRESHOLD,
 ) -> list[AnswerGroup]:
     """Group students whose answers are identical or near-identical (see the module's docstring).
 
     Args:
         answers: student id -> answer text (Markdown); blank answers are left out by the caller.
         apart: students a grader split off: each is a group alone (ids not in ``answers`` are ignored).
+        pictures: student id -> a digest of what the answer shows besides its text (its pasted
+            images, :func:`.answer_images.digest`; missing or "" for none): answers that show
+            other pictures are never in one group, however alike their text (two answers that
+            are both ``![image.png](attachment:image.png)`` can show different plots).
         threshold: the smallest :func:`similarity` of a member to the representative and to every
             other member, in (0, 1]; 1 groups identical answers only.
 
@@ -316,7 +324,15 @@ def group_answers(
         ValueError: ``threshold`` is not in (0, 1].
     """
     _check(answers, apart, threshold)
-    split = set(apart)
+    by_pictures: dict[str, dict[str, str]] = {}
+    for student, text in answers.items():
+        by_pictures.setdefault((pictures or {}).get(student, ""), {})[student] = text
+    groups = [g for texts in by_pictures.values() for g in _group(texts, set(apart), threshold)]
+    return sorted(groups, key=lambda g: (-len(g.students), min(g.students)))
+
+
+def _group(answers: Mapping[str, str], split: set[str], threshold: float) -> list[AnswerGroup]:
+    """:func:`group_answers` of answers that show the same pictures."""
     alone = sorted(s for s in answers if s in split)
     by_text: dict[str, list[str]] = {}
     for student in sorted(s for s in answers if s not in split):
@@ -337,4 +353,4 @@ def group_answers(
         students = tuple(s for m in sorted(members, key=lambda m: (-sims[m], m)) for s in by_text[texts[m]])
         groups.append(AnswerGroup(_key(students), students, len(members) == 1, min(sims.values())))
     groups += [AnswerGroup(_key((s,)), (s,), True, 1.0) for s in alone]
-    return sorted(groups, key=lambda g: (-len(g.students), min(g.students)))
+    return groups

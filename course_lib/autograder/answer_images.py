@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -25,6 +27,7 @@ __all__ = [
     "raster_image",
     "referenced_attachments",
     "Budget",
+    "digest",
 ]
 
 #: The image formats an answer may carry, with the bytes each format's files start with.
@@ -41,6 +44,14 @@ MAX_RECORD_IMAGE_BYTES = 4_000_000
 #: ``attachment:NAME`` in Markdown: a link destination, bare or in angle brackets (spaces allowed).
 _REFERENCE = re.compile(r"<attachment:([^<>\n]+)>|attachment:([^\s()<>\"']+)")
 _SPACE = re.compile(r"\s+")
+
+
+def digest(attachments: Mapping[str, Any]) -> str:
+    """A short digest of an answer's attachments ("" for none): two answers whose text reads
+    alike but that show other pictures are graded apart (:func:`.answer_groups.group_answers`)."""
+    if not attachments:
+        return ""
+    return hashlib.sha256(json.dumps(attachments, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def referenced_attachments(text: str) -> list[str]:

@@ -144,6 +144,14 @@ def test_apart_students_are_always_alone():
     assert _group_of(groups, "b").identical
 
 
+def test_answers_that_show_other_pictures_are_never_grouped():
+    pasted = "![image.png](attachment:image.png)"
+    answers = {"a": pasted, "b": pasted, "c": pasted, "d": LONG, "e": LONG}
+    pictures = {"a": "plot-1", "b": "plot-2", "c": "plot-1", "d": "plot-1"}  # e shows none
+    groups = group_answers(answers, pictures=pictures)
+    assert _groups_of(groups) == {frozenset("ac"), frozenset("b"), frozenset("d"), frozenset("e")}
+
+
 def test_threshold_one_groups_identical_answers_only():
     typo = LONG.replace("overflows", "overflwos")
     assert _groups_of(group_answers({"a": LONG, "b": typo}, threshold=1.0)) == {frozenset("a"), frozenset("b")}

@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from review_fixtures import HOSTILE, TOKEN, A, Q, class_gradebook, csrf, login, make_app, set_rubric
 
+from course_lib.autograder.autograde import refused_record
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.review_app import answers as answers_module
 from course_lib.autograder.review_app import create_app, question_view
@@ -225,6 +227,22 @@ def test_an_image_pasted_into_an_answer_is_shown_from_its_attachment(tmp_path):
     html = client.get(PAGE).get_data(as_text=True)
     assert f'src="data:image/png;base64,{png}"' in html
     assert 'src="https://example.com' not in html  # a remote image is shown as its alt text only
+
+
+def test_answers_with_the_same_text_but_other_pasted_images_are_graded_apart(tmp_path):
+    def png(fill: bytes) -> dict:
+        return {"image.png": {"image/png": base64.b64encode(b"\x89PNG\r\n\x1a\n" + fill * 32).decode()}}
+
+    pasted = "![image.png](attachment:image.png)"
+    db = class_gradebook(tmp_path / "g.sqlite", {"ann": pasted, "bob": pasted, "cat": pasted})
+    rec = replace(refused_record(A, "x"), status="graded", raw_score=6.0, messages=())
+    with Gradebook(db) as book:  # ann and cat paste one plot, bob another
+        for student, fill in (("ann", b"\1"), ("bob", b"\2"), ("cat", b"\1")):
+            entry = {"id": Q, "answer": pasted, "attachments": png(fill)}
+            book.save(student, replace(rec, answers=(entry,), absent=frozenset()), "c", 1.0)
+    client = make_app(db).test_client()
+    login(client)
+    assert sorted(_groups(client.get(PAGE).get_data(as_text=True))) == [["ann", "cat"], ["bob"]]
 
 
 def test_without_the_exercise_notebooks_the_pages_still_open_and_say_why_there_is_no_text(tmp_path):

@@ -9,12 +9,11 @@ stays small.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..answer_groups import group_answers
+from ..answer_images import digest
 from ..answer_text import Question
 from .data import Row
 
@@ -79,7 +78,7 @@ def answers_by_question(rows: list[Row], questions: Mapping[str, Question] | Non
             if text.strip():
                 q["answered"] += 1
                 q["answers"].append({"student": student, "answer": text, "images": sorted(images)})
-                pictures.setdefault(qid, {})[student] = _digest(images) if images else ""
+                pictures.setdefault(qid, {})[student] = digest(images)
             else:
                 q["unanswered"] += 1
     for qid, q in out.items():
@@ -87,19 +86,11 @@ def answers_by_question(rows: list[Row], questions: Mapping[str, Question] | Non
     return list(out.values())
 
 
-def _digest(images: dict[str, Any]) -> str:
-    """A short digest of an answer's images: answers that read alike but show other pictures are apart."""
-    return hashlib.sha256(json.dumps(images, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def _groups(answers: list[dict[str, Any]], pictures: dict[str, str]) -> list[dict[str, Any]]:
     """The groups of two or more of these answers (see :func:`answers_by_question`): answers that
     show other images (or some and none) are grouped apart, however alike their text."""
-    by_pictures: dict[str, dict[str, str]] = {}
-    for x in answers:
-        by_pictures.setdefault(pictures.get(x["student"], ""), {})[x["student"]] = x["answer"]
-    groups = [g for texts in by_pictures.values() for g in group_answers(texts) if len(g.students) > 1]
-    groups.sort(key=lambda g: (-len(g.students), min(g.students)))
+    texts = {x["student"]: x["answer"] for x in answers}
+    groups = [g for g in group_answers(texts, pictures=pictures) if len(g.students) > 1]
     return [
         {"students": list(g.students), "identical": g.identical, "similarity": round(g.similarity, 4)} for g in groups
     ]

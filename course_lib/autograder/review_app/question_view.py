@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..answer_groups import AnswerGroup, group_answers
+from ..answer_images import digest
 from ..answer_text import QuestionsError, questions, render_markdown
 from ..gradebook import Gradebook
 from ..manual import AnswerGrade, QuestionSetup
@@ -116,29 +117,32 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 64
 
 
-def grouped(texts: Mapping[str, str], apart: frozenset[str], *, compute: bool = True) -> list[AnswerGroup] | None:
-    """:func:`group_answers` of ``texts`` with ``apart`` kept alone, cached by their content.
+def grouped(answers: Mapping[str, Answer], apart: frozenset[str], *, compute: bool = True) -> list[AnswerGroup] | None:
+    """:func:`group_answers` of ``answers`` with ``apart`` kept alone (and answers that show other
+    pictures apart), cached by their content.
 
     Args:
-        texts: student -> non-blank answer.
+        answers: student -> non-blank answer.
         apart: the students split off their group.
         compute: whether to group them when they are not cached (else None).
 
     Returns:
         The groups, largest first (None: not cached and ``compute`` false).
     """
-    digest = hashlib.sha256()
+    texts = {s: a.text for s, a in answers.items()}
+    pictures = {s: digest(a.attachments) for s, a in answers.items()}
+    key_of = hashlib.sha256()
     for student in sorted(texts):
-        digest.update(f"{len(student)}:{student}{len(texts[student])}:{texts[student]}".encode())
-    digest.update(repr(sorted(apart)).encode())
-    key = digest.hexdigest()
+        key_of.update(f"{len(student)}:{student}{len(texts[student])}:{texts[student]}{pictures[student]}".encode())
+    key_of.update(repr(sorted(apart)).encode())
+    key = key_of.hexdigest()
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
     if not compute:
         return None
-    groups = group_answers(texts, apart=apart)
+    groups = group_answers(texts, apart=apart, pictures=pictures)
     with _CACHE_LOCK:
         _CACHE[key] = groups
         while len(_CACHE) > _CACHE_SIZE:
@@ -177,7 +181,7 @@ def summaries(book: Gradebook, exercises: str, assignment: str, deadline: float)
     setups = book.manual.setups(assignment)
     out = []
     for qid in asked + [q for q in by_question if q not in asked]:
-        texts = {s: a.text for s, a in by_question.get(qid, {}).items() if not a.blank}
+        texts = {s: a for s, a in by_question.get(qid, {}).items() if not a.blank}
         groups = grouped(texts, book.manual.splits(assignment, qid) & texts.keys(), compute=time.monotonic() < deadline)
         graded = sum(1 for s in book.manual.grades(assignment, qid) if s in texts)
         max_points = setups[qid].max_points if qid in setups else 0.0
@@ -212,7 +216,7 @@ def question_view(book: Gradebook, exercises: str, assignment: str, question: st
     grades = store.grades(assignment, question)
     splits = store.splits(assignment, question)
     given = {s: a for s, a in answers.items() if not a.blank}
-    groups = grouped({s: a.text for s, a in given.items()}, splits & given.keys()) or []
+    groups = grouped(given, splits & given.keys()) or []
     views = tuple(_group_view(n, group, given, grades, splits) for n, group in enumerate(groups, 1))
     return QuestionView(
         assignment=assignment,
