@@ -25,7 +25,10 @@ look-alike submissions and the "think about it" answers. Written as a static sit
     ``pass_rate``, ``discrimination`` (null when undefined), ``flags``: see :mod:`.items`;
   - ``lookalikes``: ``compared``, ``student_pairs``, ``reference_pairs``, ``pairs`` (``a``,
     ``b``, ``similarity``, ``shared``, ``regions``: see :mod:`course_lib.autograder.lookalike`;
-    ``reference``: true when ``b`` is the reference solution, whose lines are then not shown);
+    ``reference``: true when ``b`` is the reference solution, whose lines are then not shown;
+    ``decision``: a grader's decision in ``course-lib review``, ``verdict`` (``confirmed`` or
+    ``dismissed``), ``note``, ``by``, ``at``, or null when undecided: see :mod:`.decisions`),
+    ``confirmed_pairs``, ``dismissed_pairs``;
   - ``answers``: per question, ``id``, ``answered``, ``unanswered``, ``answers`` (``student``,
     ``answer``).
 
@@ -45,6 +48,7 @@ from typing import Any
 
 from .answers import answers_by_question
 from .data import ReportError, functions_of, load, mistakes, page_name, score_summary
+from .decisions import pair_decisions, with_decisions
 from .items import FLAGS, item_statistics
 from .pairs import lookalikes, notebook_functions, student_sources
 
@@ -100,6 +104,7 @@ def build_data(
         "assignments": [],
     }
     all_sources = {}
+    decided = pair_decisions(db, cls.assignments)
     for i, (name, rows) in enumerate(cls.assignments.items()):
         t0 = time.perf_counter()
         functions = functions_of(name, rows)
@@ -120,6 +125,7 @@ def build_data(
         starter = notebook_functions(exercises, name, functions, "--exercises")
         solution = notebook_functions(solutions, name, functions, "--solutions")
         pairs, summary = lookalikes(rows, starter, solution, threshold)
+        with_decisions(pairs, summary, decided[name])
         entry["lookalikes"] = {**summary, "pairs": pairs}
         all_sources[name] = student_sources(rows)
         seconds["look-alikes"] += time.perf_counter() - t1
