@@ -51,19 +51,23 @@ def _points(verb: str, points: float, record: Record) -> float:
     return float(points)
 
 
-def override(db: str | Path, student: str, assignment: str, points: float, reason: str, by: str) -> Record:
+def override(
+    db: str | Path, student: str, assignment: str, points: float, reason: str, by: str, expected: int | None = None
+) -> Record:
     """Make ``points`` the score that counts for the student's current notebook; returns the
-    record as it now counts."""
+    record as it now counts. With ``expected`` (the :meth:`.Gradebook.last_event` the
+    instructor saw), a :class:`.manual.Conflict` when someone acted on it since."""
     if not reason.strip():
         raise AdjustError("override: --reason must say why (it is kept in the history), got an empty reason")
     with Gradebook(db) as book:
         student, record = _stored(book, "override", student, assignment)
-        book.adjust(student, record, "override", _points("override", points, record), reason.strip(), by)
+        book.adjust(student, record, "override", _points("override", points, record), reason.strip(), by, expected)
         return _now(book, student, record)
 
 
-def clear(db: str | Path, student: str, assignment: str, reason: str, by: str) -> Record:
-    """Remove the override or resolution that counts (an AdjustError when there is none)."""
+def clear(db: str | Path, student: str, assignment: str, reason: str, by: str, expected: int | None = None) -> Record:
+    """Remove the override or resolution that counts (an AdjustError when there is none);
+    ``expected`` as for :func:`override`."""
     with Gradebook(db) as book:
         student, record = _stored(book, "override --clear", student, assignment)
         if record.adjustment is None:
@@ -71,15 +75,25 @@ def clear(db: str | Path, student: str, assignment: str, reason: str, by: str) -
                 f"override --clear: {student}/{record.assignment} has no override or resolution to clear "
                 f"(its score {record.score:g} is the grading's)"
             )
-        book.adjust(student, record, "cleared", record.graded_score, reason.strip(), by)
+        book.adjust(student, record, "cleared", record.graded_score, reason.strip(), by, expected)
         return _now(book, student, record)
 
 
 def resolve(
-    db: str | Path, student: str, assignment: str, *, accept: bool, points: float | None, reason: str, by: str
+    db: str | Path,
+    student: str,
+    assignment: str,
+    *,
+    accept: bool,
+    points: float | None,
+    reason: str,
+    by: str,
+    expected: int | None = None,
 ) -> Record:
     """Settle a ``review`` record: accept it (``points``, default the grading's score) or
-    reject it (0 points, ``reason`` required)."""
+    reject it (0 points, ``reason`` required). With ``expected`` (the
+    :meth:`.Gradebook.last_event` the instructor saw), a :class:`.manual.Conflict` when
+    someone graded, resolved or overrode it since; nothing is saved then."""
     with Gradebook(db) as book:
         student, record = _stored(book, "resolve", student, assignment)
         if record.status != "review":
@@ -94,13 +108,13 @@ def resolve(
                     f"grading's score is 0 of {record.max_score:g}; read the notebook and give the score you judge"
                 )
             given = record.graded_score if points is None else _points("resolve", points, record)
-            book.adjust(student, record, "accepted", given, reason.strip(), by)
+            book.adjust(student, record, "accepted", given, reason.strip(), by, expected)
         else:
             if points not in (None, 0):
                 raise AdjustError(f"resolve --reject: a rejected notebook gets 0 points, got --points {points:g}")
             if not reason.strip():
                 raise AdjustError("resolve --reject: --reason must say why (the student reads it), got an empty reason")
-            book.adjust(student, record, "rejected", 0.0, reason.strip(), by)
+            book.adjust(student, record, "rejected", 0.0, reason.strip(), by, expected)
         return _now(book, student, record)
 
 

@@ -28,7 +28,7 @@ from .history import (
     os_user,
     record_event,
 )
-from .manual import ManualStore
+from .manual import Conflict, ManualStore
 from .manual_schema import migrate as migrate_manual
 from .record import Record
 from .untrusted_text import valid_utf8
@@ -169,13 +169,38 @@ class Gradebook:
         dropped = f"a new notebook; made to the previous one, no longer counts: {adjustment.flag()}"
         return "resubmitted", dropped, adjustment
 
-    def adjust(self, student: str, record: Record, kind: EventKind, points: float, reason: str, by: str) -> None:
+    def adjust(
+        self,
+        student: str,
+        record: Record,
+        kind: EventKind,
+        points: float,
+        reason: str,
+        by: str,
+        expected: int | None = None,
+    ) -> None:
         """Append an adjustment (``override``, ``accepted``, ``rejected``, ``cleared``) of
-        ``record``, the stored grading of ``student`` (validated by the caller)."""
+        ``record``, the stored grading of ``student`` (validated by the caller).
+
+        Args:
+            student: the student's id.
+            record: their stored record.
+            kind: the adjustment's kind.
+            points: the score that counts (``cleared``: the grading's).
+            reason: why.
+            by: who.
+            expected: the submission's newest event (:meth:`last_event`) the adjustment is
+                based on; None: not checked.
+
+        Raises:
+            Conflict: ``expected`` is given and another event came since (nothing is saved).
+        """
         if kind not in ADJUSTING:
             raise ValueError(f"adjust: kind must be one of {', '.join(ADJUSTING)}, got {kind!r}")
         self.conn.execute("BEGIN IMMEDIATE")
         try:
+            if expected is not None:
+                self._check_event(valid_utf8(student), record.assignment, expected)
             record_event(
                 self.conn,
                 valid_utf8(student),
@@ -193,6 +218,25 @@ class Gradebook:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
             raise
+
+    def last_event(self, student: str, assignment: str) -> int:
+        """The id of the newest event of a submission (0 when it has none): the version an
+        instructor's adjustment is based on (``expected`` of :meth:`adjust`)."""
+        row = self.conn.execute(
+            "SELECT MAX(id) FROM events WHERE student = ? AND assignment = ?", (valid_utf8(student), assignment)
+        ).fetchone()
+        return int(row[0] or 0)
+
+    def _check_event(self, student: str, assignment: str, expected: int) -> None:
+        """A Conflict (with the record as it counts now) when the submission's newest event is
+        not ``expected`` (inside the caller's transaction)."""
+        version = self.last_event(student, assignment)
+        if version == expected:
+            return
+        row = self.conn.execute("SELECT by, at FROM events WHERE id = ?", (version,)).fetchone()
+        by, at = row if row else ("?", "?")
+        what = f"{student}'s {assignment} record"
+        raise Conflict(what, self.record(student, assignment), by, at, expected, version)
 
     def history(self, student: str, assignment: str | None = None) -> list[Event]:
         """A student's history (of one assignment, or all), oldest first per assignment."""

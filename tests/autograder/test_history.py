@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 from course_lib.autograder import autograde
+from course_lib.autograder.adjust import clear, override, resolve
 from course_lib.autograder.autograde import refused_record, sha256
 from course_lib.autograder.canvas import export_canvas
 from course_lib.autograder.exports import export_csv, export_wide, file_stem
 from course_lib.autograder.feedback_files import write_feedback
 from course_lib.autograder.gradebook import Gradebook
+from course_lib.autograder.manual import Conflict
 from course_lib.autograder.record import Record
 from course_lib.cli import main
 
@@ -214,3 +216,22 @@ def test_history_of_an_unknown_student_or_a_missing_gradebook_is_an_error(db, tm
     assert "course-lib history: no history of 'zoe'" in capsys.readouterr().err
     assert main(["history", "ann", "--db", str(tmp_path / "none.sqlite")]) == 2
     assert "no gradebook at" in capsys.readouterr().err
+
+
+def test_a_resolution_based_on_a_stale_event_conflicts_naming_who_acted_and_saves_nothing(db):
+    with Gradebook(db) as book:
+        seen = book.last_event("eve", A)
+        assert seen == book.history("eve", A)[-1].id and book.last_event("zoe", A) == 0
+    resolve(db, "eve", A, accept=True, points=20, reason="read it", by="lee", expected=seen)
+    with pytest.raises(Conflict) as caught:
+        resolve(db, "eve", A, accept=False, points=None, reason="tampered", by="kim", expected=seen)
+    assert caught.value.by == "lee" and caught.value.current.score == 20
+    assert "eve's 02_self_attention record was changed by lee" in str(caught.value)
+    with pytest.raises(Conflict):
+        override(db, "eve", A, 5, "regrade", "kim", expected=seen)
+    with pytest.raises(Conflict):
+        clear(db, "eve", A, "undo", "kim", expected=seen)
+    with Gradebook(db) as book:
+        assert [e.kind for e in book.history("eve", A)] == ["graded", "accepted"]
+        now = book.last_event("eve", A)
+    assert override(db, "eve", A, 5, "regrade", "kim", expected=now).score == 5
