@@ -17,6 +17,7 @@ Subcommands for instructors (:mod:`course_lib.autograder.cli`):
               files, or Gradescope's autograder.zip
     feedback  write a feedback report per student (Markdown or HTML)
     report    the class report: scores, mistakes, items, look-alike submissions, answers (HTML site or Markdown)
+    review    a local web app: grade the answers, resolve held records, judge look-alikes
     history, override, resolve: a submission's history and the instructor's changes to its score
 """
 

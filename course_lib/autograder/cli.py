@@ -8,6 +8,7 @@ check     grade one notebook locally, in the sandbox, and print the feedback
 export    write the gradebook as a CSV, a Canvas gradebook import, a wide table, or Gradescope results.json files
 feedback  write a feedback report per student (Markdown or HTML)
 report    the class report: scores, mistakes, items, look-alike submissions, answers (HTML site or Markdown)
+review    a local web app: grade the answers, resolve held records, judge look-alikes (:mod:`.cli_review`)
 history, override, resolve: a submission's history and the instructor's changes (:mod:`.cli_history`)
 """
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..grading.run import CALL_TIME_LIMIT
 from .cli_history import add_history, add_override, add_resolve, require_gradebook
+from .cli_review import add_review
 
 if TYPE_CHECKING:
     from .deadlines import LatePolicy
@@ -37,7 +39,17 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Add the instructor's subcommands to the ``course-lib`` parser, in the order ``--help`` lists them."""
     from .release import add_release
 
-    for add in (add_assign, add_release, add_collect, add_grade, add_check, add_export, add_feedback, add_report):
+    for add in (
+        add_assign,
+        add_release,
+        add_collect,
+        add_grade,
+        add_check,
+        add_export,
+        add_feedback,
+        add_report,
+        add_review,
+    ):
         add(sub)
     for add in (add_history, add_override, add_resolve):
         add(sub)

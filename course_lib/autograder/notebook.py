@@ -13,10 +13,11 @@ import ast
 import json
 import re
 from collections.abc import Iterable
-from typing import cast
+from typing import Any, NamedTuple, cast
 
 from ..grading.parsing import SHARED_CHARS, parse_shared
 from ..grading.sourcecache import SourceCache
+from .answer_images import Budget
 
 __all__ = [
     "NotebookError",
@@ -24,6 +25,7 @@ __all__ = [
     "python_source",
     "function_sources",
     "think_answers",
+    "think_questions",
     "MAX_NOTEBOOK_BYTES",
     "MAX_CODE_CHARS",
     "MAX_SOURCE_CHARS",
@@ -199,60 +201,111 @@ def _answer_text(text: str) -> str:
     return text.strip()[:MAX_ANSWER_CHARS]
 
 
-def _markdown_cells(data: bytes) -> list[str | None]:
-    """Every cell of a notebook in order: a Markdown cell's text, None for any other cell."""
+class _Markdown(NamedTuple):
+    """A Markdown cell: its text and its attachments (``{name: {mime: data}}``, unchecked)."""
+
+    text: str
+    attachments: dict[str, Any]
+
+
+def _markdown_cells(data: bytes) -> list[_Markdown | None]:
+    """Every cell of a notebook in order: a Markdown cell's text and attachments, None for any other cell."""
     try:
         nb = json.loads(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, TypeError):
         return []
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         return []
-    out: list[str | None] = []
+    out: list[_Markdown | None] = []
     for cell in nb["cells"]:
         src = cell.get("source", "") if isinstance(cell, dict) and cell.get("cell_type") == "markdown" else None
         if isinstance(src, list) and all(isinstance(s, str) for s in src):
             src = "".join(src)
-        out.append(src if isinstance(src, str) else None)
+        attachments = cell.get("attachments") if isinstance(src, str) else None
+        attachments = {str(k): v for k, v in attachments.items()} if isinstance(attachments, dict) else {}
+        out.append(_Markdown(src, attachments) if isinstance(src, str) else None)
     return out
 
 
-def think_answers(data: bytes) -> list[dict[str, str]]:
+class _Think(NamedTuple):
+    """One "think about it" question as a notebook has it."""
+
+    id: str  # the label of the book link
+    question: str  # from "**Think about it.**" to the end of its paragraph
+    parts: list[tuple[str, int]]  # the answer's pieces of text and the index of the cell each is in
+
+
+def _think_questions(cells: list[_Markdown | None]) -> list[_Think]:
+    """The questions of a notebook's cells and their answers' text (see :func:`think_answers`)."""
+    out: list[_Think] = []
+    for i, cell in enumerate(cells):
+        if cell is None or _QUESTION not in cell.text:
+            continue
+        parts = cell.text.split(_QUESTION)[1:]
+        for j, part in enumerate(parts):
+            link = _ANSWER_LINK.search(part)
+            if link is None:
+                continue
+            head = part[: part.rfind("\n", 0, link.start()) + 1]  # up to the link's line
+            question, *body = re.split(r"\n[ \t]*\n", head, maxsplit=1)
+            texts = [(t, i) for t in body]  # the question's paragraph dropped
+            if j == len(parts) - 1:
+                end = part.find("\n", link.end())
+                texts += [(part[end:], i)] if end >= 0 else []
+                for k in range(i + 1, len(cells)):
+                    follow = cells[k]
+                    if follow is None or _QUESTION in follow.text or follow.text.lstrip().startswith("#"):
+                        break
+                    texts.append((follow.text, k))
+                    if sum(len(t) for t, _ in texts) > MAX_ANSWER_CHARS:
+                        break
+            out.append(_Think(link.group(1), (_QUESTION + question).strip(), texts))
+    return out
+
+
+def think_questions(data: bytes) -> list[tuple[str, str]]:
+    """The "think about it" questions of a notebook (the exercise notebook: the course's text).
+
+    Args:
+        data: the notebook file's bytes (an unreadable file has no questions).
+
+    Returns:
+        ``[(id, text)]`` in notebook order: the label of the book link and the question's
+        Markdown, from ``**Think about it.**`` to the end of its paragraph.
+    """
+    return [(q.id, q.question) for q in _think_questions(_markdown_cells(data))]
+
+
+def think_answers(data: bytes) -> list[dict[str, Any]]:
     """The student's answers to the notebook's "think about it" questions.
 
     A question is a Markdown cell's paragraph starting ``**Think about it.**``, followed by the
     answer (the placeholder ``*Your answer here.*`` counts as none) and the link to the book's
     answer, whose label (``ch02-nb-mean-shift``) is the question's id. Text after the last link
     of a cell, and Markdown cells the student added right after it (up to a code cell, a heading
-    or the next question), are part of that answer too.
+    or the next question), are part of that answer too. Images pasted into those cells that the
+    answer shows (``![image.png](attachment:image.png)``) are kept as
+    :mod:`.answer_images` bounds them; one over its bounds is dropped and the answer ends with
+    ``(image too large: NAME)``.
 
     Args:
         data: the notebook file's bytes (an unreadable file has no answers).
 
     Returns:
         ``[{"id": ..., "answer": ...}]`` in notebook order, each answer at most
-        :data:`MAX_ANSWER_CHARS` characters ("" when not answered).
+        :data:`MAX_ANSWER_CHARS` characters ("" when not answered), and ``"attachments":
+        {name: {mime: base64}}`` when it keeps any image.
     """
     cells = _markdown_cells(data)
-    out: list[dict[str, str]] = []
-    for i, src in enumerate(cells):
-        if src is None or _QUESTION not in src:
-            continue
-        parts = src.split(_QUESTION)[1:]
-        for j, part in enumerate(parts):
-            link = _ANSWER_LINK.search(part)
-            if link is None:
-                continue
-            head = part[: part.rfind("\n", 0, link.start()) + 1]  # up to the link's line
-            body = re.split(r"\n[ \t]*\n", head, maxsplit=1)[1:]  # the question's paragraph dropped
-            texts = body
-            if j == len(parts) - 1:
-                end = part.find("\n", link.end())
-                texts = texts + ([part[end:]] if end >= 0 else [])
-                for follow in cells[i + 1 :]:
-                    if follow is None or _QUESTION in follow or follow.lstrip().startswith("#"):
-                        break
-                    texts.append(follow)
-                    if sum(len(t) for t in texts) > MAX_ANSWER_CHARS:
-                        break
-            out.append({"id": link.group(1), "answer": _answer_text("\n\n".join(texts))})
+    budget = Budget()
+    out: list[dict[str, Any]] = []
+    for q in _think_questions(cells):
+        answer = _answer_text("\n\n".join(t for t, _ in q.parts))
+        used = dict.fromkeys(k for _, k in q.parts)
+        kept, too_large = budget.keep(answer, [c.attachments for k in used if (c := cells[k]) is not None])
+        answer += "".join(f"\n\n(image too large: {name})" for name in too_large)
+        entry: dict[str, Any] = {"id": q.id, "answer": answer.strip()}
+        if kept:
+            entry["attachments"] = kept
+        out.append(entry)
     return out

@@ -1,0 +1,67 @@
+"""The review app: :func:`create_app` and what every page shares (the gradebook, the grader's name)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask import Flask, abort, redirect, request, url_for
+from werkzeug.wrappers import Response
+
+from .answers import answers
+from .context import close_gradebook
+from .security import install_guards
+
+__all__ = ["create_app", "MAX_NAME"]
+
+#: The longest grader's name kept (a longer one is cut).
+MAX_NAME = 80
+
+
+def create_app(db: str | Path, *, exercises: str | Path, solutions: str | Path, token: str, grader: str) -> Flask:
+    """The review app of one gradebook.
+
+    Args:
+        db: the gradebook (SQLite) every request opens.
+        exercises: the folder of the exercise notebooks (the questions' text).
+        solutions: the folder of the solution notebooks.
+        token: the access token (at least 32 characters; the URL printed carries it).
+        grader: the name decisions are saved with until a browser sets its own.
+
+    Returns:
+        The Flask app (serve it with :func:`.serve`).
+
+    Raises:
+        ValueError: a token shorter than 32 characters, or an empty grader's name.
+    """
+    if len(token) < 32:
+        raise ValueError(f"token: expected at least 32 characters, got {len(token)}")
+    if not grader.strip():
+        raise ValueError(f"grader: expected a name, got {grader!r}")
+    app = Flask(__name__)
+    app.config.update(
+        STORE_DB=str(db),
+        EXERCISES=str(exercises),
+        SOLUTIONS=str(solutions),
+        REVIEW_TOKEN=token,
+        REVIEW_GRADER=grader.strip()[:MAX_NAME],
+        REVIEW_PORT=None,
+        MAX_CONTENT_LENGTH=2 * 1024 * 1024,
+    )
+    install_guards(app)
+    app.teardown_appcontext(close_gradebook)
+    app.add_url_rule("/grader", "set_grader", _set_grader_name, methods=["POST"])
+    for blueprint in (answers,):
+        app.register_blueprint(blueprint)
+    return app
+
+
+def _set_grader_name() -> Response:
+    """POST /grader: this browser's grader's name (a cookie), then back to the page it came from."""
+    name = request.form.get("name", "").strip()
+    if not name:
+        abort(400, "name: expected a grader's name, got an empty one")
+    back = request.form.get("next", "")
+    target = back if back.startswith("/") and not back.startswith("//") else url_for("answers.index")
+    response = redirect(target, code=303)
+    response.set_cookie("grader", name[:MAX_NAME], httponly=True, samesite="Strict", path="/")
+    return response
