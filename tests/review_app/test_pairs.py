@@ -79,7 +79,7 @@ def test_a_pair_shows_both_codes_side_by_side_with_the_shared_lines_highlighted(
 def test_a_pair_with_the_reference_shows_the_students_side_only_and_says_so(client):
     page = _page(client, WITH_REFERENCE)
     assert page.count('<div class="code"') == 1 and 'aria-label="softmax of erin"' in page
-    assert "Not shown: the solution&#39;s code never leaves the instructor&#39;s notebooks" in page
+    assert "Not shown: the solution's code never leaves the instructor's notebooks" in page
 
 
 def test_the_solutions_code_is_in_no_response(client):

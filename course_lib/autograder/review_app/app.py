@@ -9,6 +9,8 @@ from werkzeug.wrappers import Response
 
 from .answers import answers
 from .context import close_gradebook
+from .held import held
+from .pairs import pairs
 from .security import install_guards
 
 __all__ = ["create_app", "MAX_NAME"]
@@ -50,7 +52,7 @@ def create_app(db: str | Path, *, exercises: str | Path, solutions: str | Path, 
     install_guards(app)
     app.teardown_appcontext(close_gradebook)
     app.add_url_rule("/grader", "set_grader", _set_grader_name, methods=["POST"])
-    for blueprint in (answers,):
+    for blueprint in (answers, held, pairs):
         app.register_blueprint(blueprint)
     return app
 

@@ -24,7 +24,7 @@ from ..adjust import AdjustError, resolve
 from ..code_view import numbered_code
 from ..manual import Conflict
 from ..record import Record
-from .app import gradebook
+from .context import gradebook
 from .why_held import construct_lines, held_reasons
 
 __all__ = ["held"]

@@ -24,7 +24,7 @@ from werkzeug.wrappers import Response
 from ..class_report.data import ReportError
 from ..code_view import numbered_code
 from ..manual import Conflict, Decision, PairDecision, pair_target
-from .app import gradebook
+from .context import gradebook
 from .pair_list import AssignmentPairs, PairCache, ShownPair
 
 __all__ = ["pairs", "pair_cache"]
