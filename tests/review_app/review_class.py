@@ -11,10 +11,16 @@ are made directly, as grading would store them).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from pagecheck import axe_violations
+from review_fixtures import make_app
 
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.record import Record
+from course_lib.autograder.review_app import ReviewServer, serve
 
 A = "02_self_attention"
 MAX = 10.0
@@ -86,3 +92,47 @@ def make_class(db: Path) -> Path:
         for student, record in records.items():
             book.save(student, record, checker="test", seconds=0.1, by="grader-bot")
     return db
+
+
+# -- the browser tests' helpers ------------------------------------------------------------
+
+
+@contextmanager
+def running(db: Path) -> Iterator[ReviewServer]:
+    """The review app of ``db`` served on 127.0.0.1 for the length of the block."""
+    server = serve(make_app(db, grader="prof"))
+    try:
+        yield server
+    finally:
+        server.shutdown()
+
+
+class Grader:
+    """One grader's browser: its own context (cookies), the colour scheme, and every console
+    error, page error and failed request of its pages in ``problems``."""
+
+    def __init__(self, browser, server: ReviewServer, name: str, mode: str):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=mode, bypass_csp=True)
+        # the browser asks for /favicon.ico on its own; the app has none (its pages link no icon)
+        self.context.route("**/favicon.ico", lambda route: route.fulfill(status=204))
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.base = f"http://127.0.0.1:{server.port}"
+        self.page.on("console", lambda m: self.problems.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.problems.append(str(e)))
+        self.page.on("requestfailed", lambda r: self.problems.append(f"request failed: {r.url}"))
+        self.page.goto(server.url)  # the token: a cookie, then the address without it
+        self.page.fill("#grader-name", name)
+        self.page.click("text=Set name")
+        assert self.page.input_value("#grader-name") == name
+
+    def open(self, path: str) -> None:
+        response = self.page.goto(self.base + path)
+        assert response is not None and response.status == 200, (path, response and response.status)
+
+    def axe(self) -> list[dict]:
+        """axe-core's WCAG 2 A/AA violations of any impact on the page shown."""
+        return axe_violations(self.page, impacts=("minor", "moderate", "serious", "critical"))
+
+    def close(self) -> None:
+        self.context.close()
