@@ -12,7 +12,7 @@ from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.review_app import create_app
 
 A = "02_self_attention"
-Q = "q-mean"
+Q = "ch02-nb-mean-shift"
 TOKEN = "t" * 20 + "-secret-token-of-the-tests-0123456789"
 #: A student's hostile answer: markup that must be shown as text, never run.
 HOSTILE = '<script>alert(1)</script><img src=x onerror="alert(2)">'
@@ -46,3 +46,20 @@ def login(client) -> None:
     """Give Flask's test client the token cookie, as the printed URL does for a browser."""
     response = client.get(f"/?token={TOKEN}")
     assert response.status_code == 303, response.status_code
+
+
+def csrf(app) -> str:
+    """The app's CSRF token (what its forms carry)."""
+    from course_lib.autograder.review_app.security import csrf_token
+
+    with app.test_request_context():
+        return csrf_token()
+
+
+def set_rubric(db: Path, max_points: float = 2.0, items=(("explains the constant", 2.0), ("wrong sign", -1.0))):
+    """Give question Q points and a rubric; the rubric's item ids, in order."""
+    with Gradebook(db) as book:
+        setup = book.manual.set_question(
+            A, Q, max_points=max_points, rubric=[(None, t, p) for t, p in items], by="prof", expected=0
+        )
+    return [item.id for item in setup.rubric]

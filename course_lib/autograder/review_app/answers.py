@@ -1,12 +1,36 @@
-"""The ``answers`` pages: the index (every assignment's questions) and one page per question."""
+"""The ``answers`` pages: the index (every assignment's questions) and one page per question.
+
+A question's page shows its text, its rubric (edited in place), and its answers in groups; a
+group is graded in one save (``ManualStore.grade`` with every member's version). A save based
+on a stale version (another grader saved first) shows who changed what and when, and keeps
+what the grader typed. Without JavaScript every form is a plain POST and a redirect; with it
+(``static/app.js``) a grade is saved by ``fetch`` and the answer is JSON.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, render_template
+from typing import Any
 
+from flask import (
+    Blueprint,
+    abort,
+    current_app,
+    g,
+    get_template_attribute,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
+from werkzeug.wrappers import Response
+
+from ..answer_text import QuestionsError, questions
+from ..manual import AnswerGrade, Conflict
 from .context import gradebook
 from .data import answers_of, assignments
-from .standins import group_answers, questions
+from .forms import GradeForm, grade_form, number, rubric_form
+from .question_view import GroupView, grade_status, grouped, question_view
 
 __all__ = ["answers"]
 
@@ -20,17 +44,157 @@ def index() -> str:
     rows = []
     for assignment in assignments(book):
         by_question = answers_of(book, assignment)
-        asked = questions(current_app.config["EXERCISES"], assignment)
-        ids = list(asked) + [q for q in by_question if q not in asked]
+        try:
+            asked = list(questions(current_app.config["EXERCISES"], assignment))
+        except QuestionsError:
+            asked = []
+        setups = book.manual.setups(assignment)
         items = []
-        for qid in ids:
+        for qid in asked + [q for q in by_question if q not in asked]:
             texts = {s: a.text for s, a in by_question.get(qid, {}).items() if not a.blank}
-            items.append({"id": qid, "answered": len(texts), "groups": len(group_answers(texts))})
+            splits = book.manual.splits(assignment, qid)
+            graded = book.manual.grades(assignment, qid)
+            items.append(
+                {
+                    "id": qid,
+                    "answered": len(texts),
+                    "groups": len(grouped(texts, splits & texts.keys())),
+                    "graded": sum(1 for s in graded if s in texts),
+                    "max_points": setups[qid].max_points if qid in setups else 0.0,
+                }
+            )
         rows.append({"assignment": assignment, "questions": items})
     return render_template("index.html", assignments=rows)
 
 
+def _page(assignment: str, question: str, status: int = 200, **extra: Any) -> tuple[str, int]:
+    view = question_view(gradebook(), current_app.config["EXERCISES"], assignment, question)
+    if view is None:
+        abort(404, f"no question {question!r} in assignment {assignment!r}")
+    _rekey(view.groups, extra.setdefault("messages", {}), extra.setdefault("kept", {}))
+    kept = extra.setdefault("rubric_kept", None)
+    extra["rubric_rows"] = (
+        list(kept.rows) if kept else [(item.id, item.text, f"{item.points:g}") for item in view.setup.rubric]
+    )
+    return render_template("question.html", q=view, saved=request.args.get("saved", ""), **extra), status
+
+
+def _rekey(groups: tuple[GroupView, ...], messages: dict[str, str], kept: dict[str, GradeForm]) -> None:
+    """File a refused grade's message and input under the group that now holds its students (the
+    groups may have changed since the page was read: another grader split a member off)."""
+    for key, form in list(kept.items()):
+        holder = next((g.group.key for g in groups if set(form.expected) & set(g.group.students)), key)
+        if holder != key:
+            kept[holder] = kept.pop(key)
+            messages[holder] = messages.pop(key, "")
+
+
+def _back(assignment: str, question: str, anchor: str = "", saved: str = "") -> Response:
+    extra: dict[str, Any] = {"saved": saved} if saved else {}
+    target = url_for("answers.question", assignment=assignment, question=question, _anchor=anchor or None, **extra)
+    return redirect(target, code=303)
+
+
 @answers.get("/a/<assignment>/q/<question>")
-def question(assignment: str, question: str) -> str:
+def question(assignment: str, question: str) -> tuple[str, int]:
     """One question: its text, its rubric, its answers in groups."""
-    return render_template("index.html", assignments=[])
+    return _page(assignment, question)
+
+
+@answers.post("/a/<assignment>/q/<question>/rubric")
+def rubric(assignment: str, question: str) -> Response | tuple[str, int]:
+    """Save the question's points and rubric (``set_question``), then back to the page."""
+    try:
+        form = rubric_form(request.form)
+    except ValueError as err:
+        return _page(assignment, question, 400, rubric_message=str(err))
+    try:
+        rows = [(item, text, number("item_points", points)) for item, text, points in form.rows]
+        gradebook().manual.set_question(
+            assignment, question, max_points=number("max_points", form.max_points), rubric=rows,
+            by=g.grader, expected=form.expected,
+        )  # fmt: skip
+    except Conflict as err:
+        return _page(assignment, question, 409, rubric_message=str(err), rubric_kept=form)
+    except ValueError as err:
+        return _page(assignment, question, 400, rubric_message=str(err), rubric_kept=form)
+    return _back(assignment, question, "rubric", "rubric")
+
+
+def _conflict_message(err: Conflict, assignment: str, question: str) -> str:
+    """The Conflict's own sentence (who changed what, when), then what they saved; the grader's
+    input stays on the page, and saving it again replaces theirs knowingly."""
+    current = err.current
+    if not isinstance(current, AnswerGrade):
+        return f"{err}. Their change removed the grade. Your input is kept: save again to grade."
+    texts = {item.id: item.text for item in gradebook().manual.setup(assignment, question).rubric}
+    items = "; ".join(texts.get(i, f"item {i}") for i in current.items) or "no rubric item"
+    comment = f", with the comment: {current.comment}" if current.comment else ""
+    return (
+        f"{err}. They gave {current.points:g} points ({items}){comment}. "
+        "Your input is kept: save again to replace their grade."
+    )
+
+
+def _wants_json() -> bool:
+    return request.headers.get("Accept", "") == "application/json"
+
+
+@answers.post("/a/<assignment>/q/<question>/grade")
+def grade(assignment: str, question: str) -> Response | tuple[str, int] | tuple[Response, int]:
+    """Grade a whole group in one save; a Conflict or a bad value keeps what was typed."""
+    try:
+        form = grade_form(request.form)
+    except ValueError as err:
+        abort(400, str(err))
+    store = gradebook().manual
+    try:
+        saved = store.grade(
+            assignment, question, list(form.expected), items=form.items, adjust=number("adjust", form.adjust, default=0.0),
+            comment=form.comment, by=g.grader, expected=form.expected,
+        )  # fmt: skip
+    except (Conflict, ValueError) as err:
+        message = _conflict_message(err, assignment, question) if isinstance(err, Conflict) else str(err)
+        return _refused(assignment, question, form, message, 409 if isinstance(err, Conflict) else 400)
+    if not _wants_json():
+        return _back(assignment, question, f"g-{form.group}", form.group)
+    status, common = grade_status(list(saved))
+    html = get_template_attribute("macros.html", "group_status")(status, common, len(saved), len(saved))
+    return jsonify(ok=True, expected={s.student: s.version for s in saved}, status_html=str(html))
+
+
+def _refused(
+    assignment: str, question: str, form: GradeForm, message: str, status: int
+) -> tuple[str, int] | tuple[Response, int]:
+    if not _wants_json():
+        return _page(assignment, question, status, messages={form.group: message}, kept={form.group: form})
+    current = gradebook().manual.grades(assignment, question)
+    expected = {s: (current[s].version if s in current else 0) for s in form.expected}
+    return jsonify(ok=False, message=message, expected=expected), status
+
+
+@answers.post("/a/<assignment>/q/<question>/split")
+def split(assignment: str, question: str) -> Response:
+    """Split a member off its group (``split=1``) or let it join again (``split=0``)."""
+    student = request.form.get("student", "")
+    if not student:
+        abort(400, "student: expected a student's id, got none")
+    try:
+        gradebook().manual.set_split(assignment, question, student, request.form.get("split") == "1", by=g.grader)
+    except ValueError as err:
+        abort(400, str(err))
+    return _back(assignment, question, "groups")
+
+
+@answers.get("/a/<assignment>/q/<question>/history")
+def history(assignment: str, question: str) -> str:
+    """Every decision on this question: its setup, its answers' grades and splits, oldest first."""
+    decisions = [
+        d for d in gradebook().manual.history(assignment) if d.target == question or d.target.startswith(question + "/")
+    ]
+    student = request.args.get("student")
+    if student:
+        decisions = [d for d in decisions if d.target in (question, f"{question}/{student}")]
+    return render_template(
+        "history.html", assignment=assignment, question=question, decisions=decisions, student=student
+    )

@@ -49,6 +49,7 @@ def create_app(db: str | Path, *, exercises: str | Path, solutions: str | Path, 
         REVIEW_PORT=None,
         MAX_CONTENT_LENGTH=2 * 1024 * 1024,
     )
+    app.jinja_env.trim_blocks = app.jinja_env.lstrip_blocks = True
     install_guards(app)
     app.teardown_appcontext(close_gradebook)
     app.add_url_rule("/grader", "set_grader", _set_grader_name, methods=["POST"])

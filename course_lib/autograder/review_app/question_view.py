@@ -1,0 +1,190 @@
+"""One question's page as plain data: its text, setup, answer groups and their grades (no Flask here).
+
+The groups come from :func:`course_lib.autograder.answer_groups.group_answers` over the
+non-blank answers, the students a grader split off kept apart; they are cached by the answers'
+content (a page opened again after a save groups nothing anew). Each group's answer is rendered
+once (its representative's), and a member's own text only when it differs from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ..answer_groups import AnswerGroup, group_answers
+from ..answer_text import QuestionsError, questions, render_markdown
+from ..gradebook import Gradebook
+from ..manual import AnswerGrade, QuestionSetup
+from .data import Answer, answers_of
+
+__all__ = ["Member", "GroupView", "QuestionView", "question_view", "grouped", "grade_status"]
+
+GradeStatus = Literal["none", "uniform", "mixed"]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One student of an answer group.
+
+    Args:
+        student: the student's id.
+        html: their answer rendered, "" when it is the group's answer as written.
+        split: whether a grader split them off (a group alone).
+        grade: their grade, None when ungraded.
+    """
+
+    student: str
+    html: str
+    split: bool
+    grade: AnswerGrade | None
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One answer group on the question's page.
+
+    Args:
+        group: the group (its key, members, similarity).
+        number: its 1-based place on the page.
+        html: the representative's answer rendered.
+        members: every member, the representative first.
+        status: ``none`` (no member graded), ``uniform`` (all graded alike) or ``mixed``.
+        grade: the members' common grade when ``uniform``, else None.
+        expected: each member's grade version (0: ungraded), what a save of the group is based on.
+    """
+
+    group: AnswerGroup
+    number: int
+    html: str
+    members: tuple[Member, ...]
+    status: GradeStatus
+    grade: AnswerGrade | None
+    expected: dict[str, int]
+
+
+@dataclass(frozen=True)
+class QuestionView:
+    """A question's page.
+
+    Args:
+        assignment: the assignment's name.
+        question: the question's id.
+        number: its order in the exercise notebook (0 when the notebook lacks it).
+        text_html: the question's text rendered ("" when the exercise notebook is missing or lacks it).
+        text_note: why there is no text ("" when there is).
+        setup: its points and rubric.
+        groups: its answer groups, largest first.
+        unanswered: the students who left it blank.
+    """
+
+    assignment: str
+    question: str
+    number: int
+    text_html: str
+    text_note: str
+    setup: QuestionSetup
+    groups: tuple[GroupView, ...]
+    unanswered: tuple[str, ...]
+
+    @property
+    def answered(self) -> int:
+        """How many students answered."""
+        return sum(len(g.members) for g in self.groups)
+
+    @property
+    def graded(self) -> int:
+        """How many answers have a grade."""
+        return sum(1 for g in self.groups for m in g.members if m.grade is not None)
+
+
+_CACHE: OrderedDict[str, list[AnswerGroup]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 64
+
+
+def grouped(texts: Mapping[str, str], apart: frozenset[str]) -> list[AnswerGroup]:
+    """:func:`group_answers` of ``texts`` with ``apart`` kept alone, cached by their content."""
+    digest = hashlib.sha256()
+    for student in sorted(texts):
+        digest.update(f"{len(student)}:{student}{len(texts[student])}:{texts[student]}".encode())
+    digest.update(repr(sorted(apart)).encode())
+    key = digest.hexdigest()
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    groups = group_answers(texts, apart=apart)
+    with _CACHE_LOCK:
+        _CACHE[key] = groups
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return groups
+
+
+def grade_status(grades: list[AnswerGrade | None]) -> tuple[GradeStatus, AnswerGrade | None]:
+    """Whether a group's members are graded: none of them, all alike (the common grade), or mixed."""
+    if all(g is None for g in grades):
+        return "none", None
+    first = grades[0]
+    if first is not None and all(
+        g is not None and (g.items, g.adjust, g.comment) == (first.items, first.adjust, first.comment) for g in grades
+    ):
+        return "uniform", first
+    return "mixed", None
+
+
+def question_view(book: Gradebook, exercises: str, assignment: str, question: str) -> QuestionView | None:
+    """The page of ``question`` of ``assignment`` (None when neither the release nor any answer has it)."""
+    answers = answers_of(book, assignment).get(question, {})
+    try:
+        asked = questions(exercises, assignment).get(question)
+        note = "" if asked else "the exercise notebook does not ask this question"
+    except QuestionsError as err:
+        asked, note = None, str(err)
+    if asked is None and not answers:
+        return None
+    store = book.manual
+    setup = store.setup(assignment, question)
+    grades = store.grades(assignment, question)
+    splits = store.splits(assignment, question)
+    given = {s: a for s, a in answers.items() if not a.blank}
+    groups = grouped({s: a.text for s, a in given.items()}, splits & given.keys())
+    views = tuple(_group_view(n, group, given, grades, splits) for n, group in enumerate(groups, 1))
+    return QuestionView(
+        assignment=assignment,
+        question=question,
+        number=asked.number if asked else 0,
+        text_html=render_markdown(asked.text) if asked else "",
+        text_note=note,
+        setup=setup,
+        groups=views,
+        unanswered=tuple(s for s, a in answers.items() if a.blank),
+    )
+
+
+def _group_view(
+    number: int,
+    group: AnswerGroup,
+    given: Mapping[str, Answer],
+    grades: Mapping[str, AnswerGrade],
+    splits: frozenset[str],
+) -> GroupView:
+    first = given[group.students[0]]
+    members = tuple(
+        Member(
+            student,
+            ""
+            if given[student].text == first.text
+            else render_markdown(given[student].text, given[student].attachments),
+            student in splits,
+            grades.get(student),
+        )
+        for student in group.students
+    )
+    status, grade = grade_status([m.grade for m in members])
+    expected = {m.student: (m.grade.version if m.grade else 0) for m in members}
+    return GroupView(group, number, render_markdown(first.text, first.attachments), members, status, grade, expected)

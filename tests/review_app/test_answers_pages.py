@@ -1,0 +1,210 @@
+"""The answers pages through Flask's test client: the index, a question's rubric, groups and grades."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from review_fixtures import HOSTILE, TOKEN, A, Q, class_gradebook, csrf, login, make_app, set_rubric
+
+from course_lib.autograder.gradebook import Gradebook
+
+PAGE = f"/a/{A}/q/{Q}"
+
+
+@pytest.fixture
+def db(tmp_path):
+    return class_gradebook(tmp_path / "g.sqlite")
+
+
+@pytest.fixture
+def app(db):
+    return make_app(db)
+
+
+@pytest.fixture
+def client(app):
+    c = app.test_client()
+    login(c)
+    return c
+
+
+def _groups(html: str) -> list[list[str]]:
+    """The members of each group on a question's page, in page order."""
+    sections = html.split('<section class="group"')[1:]
+    return [re.findall(r'name="student" value="([^"]+)"', s) for s in sections]
+
+
+def _expected(html: str, student: str) -> str:
+    """The hidden ``expected`` value of the group form that holds ``student``."""
+    for section in html.split('<section class="group"')[1:]:
+        if f'name="student" value="{student}"' in section:
+            return json.loads(re.search(r'name="expected" value="([^"]+)"', section)[1].replace("&#34;", '"'))
+    raise AssertionError(student)
+
+
+def test_the_index_lists_each_question_with_answered_groups_graded_and_links(client, db):
+    set_rubric(db)
+    html = client.get("/").get_data(as_text=True)
+    row = html[html.index(f"{Q}</a>") :].split("</tr>")[0]
+    assert re.findall(r"<td>([^<]*)</td>", row) == ["5", "3", "0 of 5", "2"]
+    assert f'href="/a/{A}/held"' in html and f'href="/a/{A}/pairs"' in html
+    assert "ch02-nb-saturation" in html  # asked by the release, answered by nobody
+
+
+def test_the_question_page_shows_the_question_rendered_and_the_answers_escaped(client):
+    html = client.get(PAGE).get_data(as_text=True)
+    assert "<strong>Think about it.</strong>" in html and "<math" in html
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert 'onerror="alert' not in html
+
+
+def test_identical_answers_fall_into_one_group_and_the_unanswered_are_listed_apart(client):
+    html = client.get(PAGE).get_data(as_text=True)
+    assert _groups(html) == [["ann", "bob", "cat"], ["dan"], ["fay"]]
+    assert "cat's own text" in html and "ann's own text" not in html  # cat wrote it differently
+    assert "Unanswered: 1" in html and "eve" in html.split('id="unanswered"')[1]
+
+
+def test_the_rubric_is_added_edited_and_removed_and_a_stale_edit_is_refused(client, app, db):
+    token = csrf(app)
+    new = {
+        "csrf": token,
+        "expected": "0",
+        "max_points": "3",
+        "item_id": [""],
+        "item_text": ["names the shift"],
+        "item_points": ["2"],
+    }
+    assert client.post(f"{PAGE}/rubric", data=new).status_code == 303
+    with Gradebook(db) as book:
+        setup = book.manual.setup(A, Q)
+    assert setup.max_points == 3 and [(i.text, i.points) for i in setup.rubric] == [("names the shift", 2.0)]
+    first = setup.rubric[0].id
+    edit = {
+        "csrf": token, "expected": str(setup.version), "max_points": "3", "item_id": [str(first), ""],
+        "item_text": ["names the constant shift", "off by a sign"], "item_points": ["2.5", "-1"],
+    }  # fmt: skip
+    assert client.post(f"{PAGE}/rubric", data=edit).status_code == 303
+    with Gradebook(db) as book:
+        setup = book.manual.setup(A, Q)
+    assert [(i.id == first, i.text, i.points) for i in setup.rubric] == [
+        (True, "names the constant shift", 2.5),
+        (False, "off by a sign", -1.0),
+    ]
+    remove = {**edit, "expected": str(setup.version), "item_id": [str(i.id) for i in setup.rubric], "remove": ["0"]}
+    assert client.post(f"{PAGE}/rubric", data=remove).status_code == 303
+    stale = client.post(f"{PAGE}/rubric", data={**remove, "item_text": ["mine"] * 2})
+    html = stale.get_data(as_text=True)
+    assert stale.status_code == 409 and "was changed by prof" in html and 'value="mine"' in html
+    with Gradebook(db) as book:
+        assert [i.text for i in book.manual.setup(A, Q).rubric] == ["off by a sign"]
+
+
+def test_a_bad_point_value_is_refused_naming_the_field_and_keeping_the_input(client, app):
+    form = {
+        "csrf": csrf(app),
+        "expected": "0",
+        "max_points": "lots",
+        "item_id": [""],
+        "item_text": ["x"],
+        "item_points": ["1"],
+    }
+    response = client.post(f"{PAGE}/rubric", data=form)
+    assert response.status_code == 400
+    assert "max_points: expected a number, got &#39;lots&#39;" in response.get_data(as_text=True)
+
+
+def test_a_group_is_graded_in_one_save_for_every_member(client, app, db):
+    good, _ = set_rubric(db)
+    html = client.get(PAGE).get_data(as_text=True)
+    form = {"csrf": csrf(app), "group": "g", "expected": json.dumps(_expected(html, "ann")), "item": [str(good)], "adjust": "-0.5", "comment": "Right, say *why*."}  # fmt: skip
+    response = client.post(f"{PAGE}/grade", data=form)
+    assert response.status_code == 303 and response.headers["Location"].endswith("?saved=g#g-g")
+    with Gradebook(db) as book:
+        grades = book.manual.grades(A, Q)
+    assert sorted(grades) == ["ann", "bob", "cat"]
+    assert {(g.points, g.comment, g.by) for g in grades.values()} == {(1.5, "Right, say *why*.", "prof")}
+    assert "Graded: 1.5 points" in client.get(PAGE).get_data(as_text=True)
+
+
+def test_a_grade_saved_by_script_answers_json_with_the_new_versions(client, app, db):
+    good, _ = set_rubric(db)
+    expected = _expected(client.get(PAGE).get_data(as_text=True), "fay")
+    headers = {"Accept": "application/json", "X-CSRF-Token": csrf(app)}
+    response = client.post(
+        f"{PAGE}/grade", data={"expected": json.dumps(expected), "item": [str(good)]}, headers=headers
+    )
+    data = response.get_json()
+    with Gradebook(db) as book:
+        stored = book.manual.grades(A, Q)["fay"]
+    assert response.status_code == 200 and data["ok"] and data["expected"] == {"fay": stored.version}
+    assert "Graded: 2 points" in data["status_html"]
+
+
+def test_a_second_grader_sees_the_first_graders_change_and_keeps_their_input(app, db):
+    good, bad = set_rubric(db)
+    first, second = app.test_client(), app.test_client()
+    login(first)
+    login(second)
+    seen = _expected(second.get(PAGE).get_data(as_text=True), "ann")  # both read the page
+    token = csrf(app)
+    first.post("/grader", data={"name": "ta-one", "csrf": token})
+    saved = first.post(f"{PAGE}/grade", data={"csrf": token, "group": "x", "expected": json.dumps(seen), "item": [str(good)], "comment": "good"})  # fmt: skip
+    assert saved.status_code == 303
+    late = {"csrf": token, "group": "g", "expected": json.dumps(seen), "item": [str(bad)], "comment": "my own words"}
+    response = second.post(f"{PAGE}/grade", data=late)
+    html = response.get_data(as_text=True)
+    assert response.status_code == 409
+    assert (
+        "changed by ta-one at" in html and "They gave 2 points (explains the constant), with the comment: good" in html
+    )
+    assert ">my own words</textarea>" in html  # the second grader's input is kept
+    with Gradebook(db) as book:
+        assert {g.comment for g in book.manual.grades(A, Q).values()} == {"good"}
+    as_json = second.post(f"{PAGE}/grade", data=late, headers={"Accept": "application/json"}).get_json()
+    assert not as_json["ok"] and "ta-one" in as_json["message"] and as_json["expected"] != seen
+
+
+def test_a_split_member_becomes_a_group_alone_graded_apart_and_can_join_again(client, app, db):
+    good, bad = set_rubric(db)
+    token = csrf(app)
+    assert client.post(f"{PAGE}/split", data={"csrf": token, "student": "cat", "split": "1"}).status_code == 303
+    html = client.get(PAGE).get_data(as_text=True)
+    assert _groups(html) == [["ann", "bob"], ["cat"], ["dan"], ["fay"]]
+    for student, item in (("ann", good), ("cat", bad)):
+        expected = json.dumps(_expected(html, student))
+        client.post(f"{PAGE}/grade", data={"csrf": token, "group": "g", "expected": expected, "item": [str(item)]})
+    with Gradebook(db) as book:
+        points = {s: g.points for s, g in book.manual.grades(A, Q).items()}
+    assert points == {"ann": 2.0, "bob": 2.0, "cat": 0.0}
+    client.post(f"{PAGE}/split", data={"csrf": token, "student": "cat", "split": "0"})
+    html = client.get(PAGE).get_data(as_text=True)
+    assert _groups(html)[0] == ["ann", "bob", "cat"] and "Mixed: 3 of 3 graded" in html
+
+
+def test_the_history_shows_who_decided_what_and_when(client, app, db):
+    set_rubric(db)
+    client.post(f"{PAGE}/split", data={"csrf": csrf(app), "student": "cat", "split": "1"})
+    html = client.get(f"{PAGE}/history?student=cat").get_data(as_text=True)
+    rows = html.split("<tbody>")[1].split("</tr>")[:-1]
+    assert len(rows) == 2 and "question" in rows[0] and "split" in rows[1] and "prof" in rows[1]
+
+
+def test_a_question_nobody_asked_is_not_found(client):
+    assert client.get(f"/a/{A}/q/no-such-question").status_code == 404
+
+
+def test_every_page_is_refused_without_the_token(app):
+    anonymous = app.test_client()
+    for path in ("/", PAGE, f"{PAGE}/history", f"/?token={TOKEN}x"):
+        assert anonymous.get(path).status_code == 403, path
+
+
+def test_student_ids_and_answers_with_markup_are_shown_as_text(tmp_path):
+    db = class_gradebook(tmp_path / "g.sqlite", {HOSTILE: "fine", "amy": HOSTILE})
+    client = make_app(db).test_client()
+    login(client)
+    html = client.get(PAGE).get_data(as_text=True) + client.get("/").get_data(as_text=True)
+    assert "<script>" not in html and "<img src=x" not in html
