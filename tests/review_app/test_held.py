@@ -11,7 +11,7 @@ import pytest
 from review_class import HOSTILE, MAX, A, make_class
 from review_fixtures import login, make_app
 
-from course_lib.autograder.adjust import resolve
+from course_lib.autograder.adjust import override, resolve
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.review_app.security import csrf_token
 
@@ -156,3 +156,10 @@ def test_an_unknown_student_or_assignment_is_not_found(client):
     assert client.get(_url("nobody")).status_code == 404
     assert client.get("/a/no_such_assignment/held").status_code == 404
     assert client.get(_url("cara")).status_code == 404  # graded, not held
+
+
+def test_an_override_of_a_held_record_is_shown_as_what_counts(client, db):
+    override(db, "hana", A, 3.0, "regrade request", by="bea")
+    page = _open(client, "hana")
+    assert "Overridden</strong> by bea" in page and "3 of 10 points (regrade request)" in page
+    assert "override: 3 of 10" in client.get(f"/a/{A}/held").get_data(as_text=True)

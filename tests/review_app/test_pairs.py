@@ -172,3 +172,11 @@ def test_an_unknown_pair_or_assignment_is_not_found(client):
     assert client.get(f"/a/{A}/pairs/99").status_code == 404
     assert client.get(f"/a/{A}/pairs/0").status_code == 404
     assert client.get("/a/no_such_assignment/pairs").status_code == 404
+
+
+def test_without_the_course_notebooks_the_pairs_page_says_which_is_missing(db, tmp_path):
+    app = make_app(db)
+    app.config["EXERCISES"] = str(tmp_path / "nowhere")
+    response = _client(app).get(f"/a/{A}/pairs")
+    assert response.status_code == 503
+    assert "--exercises: no notebook" in response.get_data(as_text=True)
