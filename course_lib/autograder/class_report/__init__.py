@@ -46,7 +46,7 @@ from typing import Any
 from .answers import answers_by_question
 from .data import ReportError, functions_of, load, mistakes, page_name, score_summary
 from .items import FLAGS, item_statistics
-from .pairs import lookalikes, notebook_functions, student_sources
+from .pairs import lookalikes, notebook_functions, release_code, student_sources
 
 __all__ = ["build_data", "write_report", "ReportResult", "ReportError"]
 
@@ -118,8 +118,9 @@ def build_data(
         t1 = time.perf_counter()
         seconds["statistics"] += t1 - t0
         starter = notebook_functions(exercises, name, functions, "--exercises")
-        solution = notebook_functions(solutions, name, functions, "--solutions")
-        pairs, summary = lookalikes(rows, starter, solution, threshold)
+        solution = notebook_functions(solutions, name, functions, "--solutions", helpers=True)
+        provided = release_code(exercises, name, "--exercises")
+        pairs, summary = lookalikes(rows, starter, solution, threshold, provided)
         entry["lookalikes"] = {**summary, "pairs": pairs}
         all_sources[name] = student_sources(rows)
         seconds["look-alikes"] += time.perf_counter() - t1
