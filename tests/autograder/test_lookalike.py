@@ -434,9 +434,11 @@ def test_fingerprints_are_the_same_in_every_process(tmp_path):
     (tmp_path / "src.py").write_text(src)
     module = ROOT / "course_lib" / "autograder" / "lookalike.py"  # loaded alone: no torch to import
     code = (
-        "import sys, json, importlib.util as u\n"
-        f"spec = u.spec_from_file_location('lookalike', {str(module)!r})\n"
-        "m = sys.modules['lookalike'] = u.module_from_spec(spec)\n"
+        "import sys, json, types, importlib.util as u\n"
+        "pkg = sys.modules['lk'] = types.ModuleType('lk')\n"  # a bare package for its relative imports
+        f"pkg.__path__ = [{str(module.parent)!r}]\n"
+        f"spec = u.spec_from_file_location('lk.lookalike', {str(module)!r})\n"
+        "m = sys.modules['lk.lookalike'] = u.module_from_spec(spec)\n"
         "spec.loader.exec_module(m)\n"
         "print(json.dumps(m.fingerprints(open(sys.argv[1]).read())))"
     )

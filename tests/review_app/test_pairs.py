@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import ROOT
 from review_class import HOSTILE, LOOP, SOLUTION_ONLY, A, make_class
 from review_fixtures import login, make_app
 
@@ -68,11 +69,16 @@ def test_the_list_shows_each_pair_with_its_similarity_and_no_decision_yet(client
     assert all("undecided" in r for r in rows)
 
 
-def test_a_pair_shows_both_codes_side_by_side_with_the_shared_lines_highlighted(client):
+def test_a_pair_shows_both_codes_side_by_side_with_the_shared_lines_highlighted(client, db):
     page = _page(client, STUDENTS)
     assert 'aria-label="softmax of cara"' in page and 'aria-label="softmax of dave"' in page
-    marked = re.findall(r"<span class=hl><i>(\d+)</i>", page)
-    assert marked == [str(n) for n in range(1, 10)] * 2  # the whole function, on both sides
+    marked = [int(n) for n in re.findall(r"<span class=hl><i>(\d+)</i>", page)]
+    (region,) = pair_list.compute_pairs(db, A, ROOT / "exercises", ROOT / "solutions").pairs[0].regions
+    assert marked == [
+        *range(region.a_lines[0], region.a_lines[1] + 1),
+        *range(region.b_lines[0], region.b_lines[1] + 1),
+    ]
+    assert len(marked) >= 2 * 8  # the loop's eight lines, on both sides
     assert "    for row in x.unbind(dim):" in page and "    for r in x.unbind(dim):" in page
 
 

@@ -12,6 +12,7 @@ from conftest import ROOT
 from review_class import SOLUTION_ONLY, A, Grader, make_class, running
 
 from course_lib.autograder.gradebook import Gradebook
+from course_lib.autograder.review_app.pair_list import compute_pairs
 
 pytestmark = pytest.mark.browser
 
@@ -50,7 +51,8 @@ def test_a_grader_confirms_a_pair_with_a_note(browser, served, mode):
     codes = page.locator(".side .code").count()
     ann.close()
 
-    assert highlighted == 18  # the nine lines of both functions
+    (region,) = compute_pairs(db, A, ROOT / "exercises", ROOT / "solutions").pairs[0].regions
+    assert highlighted == region.a_lines[1] - region.a_lines[0] + region.b_lines[1] - region.b_lines[0] + 2
     assert "Confirmed by ann" in decision and "the same loop, line for line" in decision
     with Gradebook(db) as book:
         stored = book.manual.pairs(A)[("cara", "dave")]

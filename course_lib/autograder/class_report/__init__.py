@@ -50,7 +50,7 @@ from .answers import answers_by_question
 from .data import ReportError, functions_of, load, mistakes, page_name, score_summary
 from .decisions import pair_decisions, with_decisions
 from .items import FLAGS, item_statistics
-from .pairs import lookalikes, notebook_functions, student_sources
+from .pairs import assignment_lookalikes, student_sources
 
 __all__ = ["build_data", "write_report", "ReportResult", "ReportError"]
 
@@ -122,9 +122,7 @@ def build_data(
         }
         t1 = time.perf_counter()
         seconds["statistics"] += t1 - t0
-        starter = notebook_functions(exercises, name, functions, "--exercises")
-        solution = notebook_functions(solutions, name, functions, "--solutions")
-        pairs, summary = lookalikes(rows, starter, solution, threshold)
+        pairs, summary = assignment_lookalikes(rows, name, functions, exercises, solutions, threshold)
         with_decisions(pairs, summary, decided[name])
         entry["lookalikes"] = {**summary, "pairs": pairs}
         all_sources[name] = student_sources(rows)

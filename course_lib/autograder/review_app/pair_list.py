@@ -10,14 +10,16 @@ solution's code is read for the comparison and dropped.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..class_report.data import Row, functions_of
-from ..class_report.pairs import lookalikes, notebook_functions, student_sources
+from ..class_report.pairs import assignment_lookalikes, student_sources
 from ..gradebook import Gradebook
 from ..lookalike import REFERENCE, Region
+from ..record import Record
 
 __all__ = ["ShownPair", "AssignmentPairs", "compute_pairs", "PairCache", "REFERENCE"]
 
@@ -71,12 +73,17 @@ class AssignmentPairs:
 
 
 def _rows(db: str | Path, assignment: str) -> list[Row]:
+    """The assignment's records, sorted by student (only that assignment's JSON is read)."""
     with Gradebook(db) as book:
-        return [(s, r) for s, r in book.rows() if r.assignment == assignment]
+        rows = book.conn.execute(
+            "SELECT student, record FROM results WHERE assignment = ? ORDER BY student", (assignment,)
+        ).fetchall()
+    return [(student, Record.from_json(json.loads(record))) for student, record in rows]
 
 
 def compute_pairs(db: str | Path, assignment: str, exercises: str | Path, solutions: str | Path) -> AssignmentPairs:
-    """An assignment's look-alike pairs, as the class report finds them.
+    """An assignment's look-alike pairs, as the class report finds them
+    (:func:`~course_lib.autograder.class_report.pairs.assignment_lookalikes`).
 
     Args:
         db: the gradebook.
@@ -91,10 +98,7 @@ def compute_pairs(db: str | Path, assignment: str, exercises: str | Path, soluti
         ReportError: a notebook the search needs is missing or unreadable.
     """
     rows = _rows(db, assignment)
-    functions = functions_of(assignment, rows)
-    starter = notebook_functions(exercises, assignment, functions, "--exercises")
-    solution = notebook_functions(solutions, assignment, functions, "--solutions")
-    found, summary = lookalikes(rows, starter, solution)
+    found, summary = assignment_lookalikes(rows, assignment, functions_of(assignment, rows), exercises, solutions)
     pairs = tuple(
         ShownPair(
             number=i,
