@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from conftest import ROOT
 from review_class import HOSTILE, A, make_class
@@ -46,7 +47,8 @@ def test_the_site_and_the_summary_show_the_decision_next_to_the_pair(tmp_path):
     db = _decided(tmp_path)
     result = _report(db, tmp_path)
     page = (tmp_path / "site" / f"{A}.html").read_text()
-    assert "<b>confirmed</b> by ann: same loop" in page and "<b>dismissed</b> by bea" in page
+    assert re.search(r"<b>confirmed</b> by ann at 20\d\d-\d\d-\d\dT[\d:]+Z: same loop", page)
+    assert re.search(r"<b>dismissed</b> by bea at 20\d\d-[-\dT:]+Z<", page)
     assert page.count("undecided") == 2  # the undecided pair, in the table and under its heading
     text = _report(db, tmp_path, fmt="md").text
     line = next(x for x in text.splitlines() if "cara ~ dave" in x)

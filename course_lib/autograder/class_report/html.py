@@ -201,13 +201,13 @@ def _items(a: dict[str, Any], flags: dict[str, str]) -> str:
     )
 
 
-def _decision(d: dict[str, Any] | None, long: bool = False) -> str:
-    """A grader's decision on a pair (``course-lib review``), escaped: ``confirmed by ann: note``."""
+def _decision(d: dict[str, Any] | None) -> str:
+    """A grader's decision on a pair (``course-lib review``), escaped:
+    ``confirmed by ann at 2026-12-01T10:00:00Z: note``."""
     if not d:
         return "<span class=muted>undecided</span>"
-    when = f" at {_e(d['at'])}" if long else ""
     note = f": {_e(d['note'])}" if d["note"] else ""
-    return f"<b>{_e(d['verdict'])}</b> by {_e(d['by'])}{when}{note}"
+    return f"<b>{_e(d['verdict'])}</b> by {_e(d['by'])} at {_e(d['at'])}{note}"
 
 
 def _lookalikes(a: dict[str, Any], sources: dict[str, dict[str, str]]) -> str:
@@ -241,7 +241,7 @@ def _lookalikes(a: dict[str, Any], sources: dict[str, dict[str, str]]) -> str:
         ref = p["reference"]
         title = f"{_e(p['a'])} matches the reference solution" if ref else f"{_e(p['a'])} and {_e(p['b'])}"
         out.append(f'<h3 id="pair-{i}">{i}. {title} ({_pct(p["similarity"])}, {p["shared"]} shared)</h3>\n')
-        out.append(f"<p>Decision: {_decision(p.get('decision'), long=True)}</p>\n")
+        out.append(f"<p>Decision: {_decision(p.get('decision'))}</p>\n")
         by_function: dict[str, list[dict[str, Any]]] = {}
         for r in p["regions"]:
             by_function.setdefault(r["function"], []).append(r)
