@@ -98,13 +98,15 @@ fmt: $(STAMP)
 
 # Benchmarks print numbers (no timed tests): attention speed vs PyTorch, training to the
 # accuracy targets and reproducibility, KV-cache decoding, tiled-attention memory, and
-# grading 200 submissions against an nbgrader-style baseline, the class report of 1,000 students.
+# grading 200 submissions against an nbgrader-style baseline, the class report of 1,000 students,
+# the review app on one question answered by 1,000 students.
 bench: $(STAMP) sysdeps
 	$(BIN)/python benchmarks/attention_vs_torch.py
 	$(BIN)/python benchmarks/models.py
 	$(BIN)/python -m course_lib.memory_probe
 	$(BIN)/python benchmarks/grading.py
 	$(BIN)/python benchmarks/report.py
+	$(BIN)/python benchmarks/review_app.py
 
 # Regenerate constraints.txt from the current environment (after changing dependencies).
 constraints: $(STAMP)

@@ -11,27 +11,33 @@ alike answers at once and split off any member; this module proposes the buckets
   (``![image.png](attachment:image.png)``) although the pictures differ, so a caller whose
   answers carry attachments appends a digest of them to the text.
 - **Identical** answers (equal normalised texts) form one group.
-- **Near-identical** answers are merged by the Indel similarity of their *word* sequences
-  (:func:`similarity`: RapidFuzz's ``Indel.normalized_similarity``, what ``fuzz.ratio``
-  computes, over tokens: words, numbers and runs of symbols). Why this scorer:
+- **Near-identical** answers are merged by :func:`similarity`: the Indel similarity of their
+  *token* sequences (RapidFuzz's ``Indel.normalized_similarity``, what ``fuzz.ratio`` computes,
+  over words, numbers and runs of symbols), taken in the answer's order and with its sentences
+  sorted, whichever is higher. Why this scorer:
 
   - against ``fuzz.token_set_ratio``: an answer whose words are a subset of another's scores
     100 there ("the mean can be far below the max" inside a paragraph that says much more),
     and word order is thrown away ("the max is not the mean" = "the mean is not the max");
+    the sorted sentences keep the order inside each sentence;
   - against ``fuzz.ratio`` on characters: a changed word costs its letters there, so
-    "overflows" / "underflows" or "can" / "cannot" cost 2-3 characters of a 300-character answer;
-    over words each costs one word of the answer. Characters are also slow: a 400-character
-    answer is 7 machine words of bit-parallel work per character, about 20 times more than its
-    70 tokens, and 1,000 such answers took 0.4 s with ``process.cdist`` alone;
-  - typos, an added sentence and a reordered clause lower it in proportion to the words
-    touched: one misspelt word in a 40-word answer gives 0.975, an added 8-word sentence 0.91,
-    a 4-word clause moved 0.9 (examples from ``benchmarks/answer_corpus.py``).
+    "overflows" / "underflows" or "can" / "cannot" cost 2-3 characters of a 300-character
+    answer; over tokens each costs one token. Characters are also slow: a 400-character answer
+    is 7 machine words of bit-parallel work per character, about 6 times its 70 tokens, and
+    ``process.cdist`` over 1,000 such answers alone took 0.4 s;
+  - edits lower it in proportion to the tokens touched. In ``benchmarks/answer_corpus.py``'s
+    answers (about 50 tokens): a typo (one word of 50) gives 0.98, an added 8-token sentence
+    0.93, the first sentence moved to the end 1.0 (sorted sentences), while two students
+    writing the same line of reasoning in their own words score 0.5 to 0.8.
 
-  Candidates come from ``rapidfuzz.process.cdist`` in C over one byte per token (the 200 most
-  frequent tokens of the class each get their own byte, rarer ones share the rest); merging
-  tokens only adds matches, so that score bounds the exact one from above and no pair above the
-  threshold is lost. The exact score of the candidates is ``process.cpdist``. No Python loop
-  runs over pairs.
+  No pair of answers is compared in Python, nor all pairs by RapidFuzz: a matrix product
+  bounds every pair's score from above (below), and ``rapidfuzz.process.cpdist`` scores only
+  the pairs whose bound reaches the threshold (a few per answer). The bound: a common
+  subsequence uses each token at most as often as both texts have it, so
+  ``LCS <= sum_t min(a_t, b_t) <= sum_t sqrt(a_t) sqrt(b_t)``, a dot product of the square
+  roots of the token counts (the 200 most frequent tokens of the class counted apart, the
+  rarer ones pooled in 56 columns, which only raises the bound); the similarity is
+  ``2 LCS / (len a + len b)``.
 - **Short answers** (under :data:`MIN_FUZZY_TOKENS` tokens: "yes", "no", "because it
   overflows") are grouped only when identical: there one word is the answer, and
   "because it overflows" / "because it underflows" are 0.75 apart by words but opposite.
@@ -46,16 +52,16 @@ alike answers at once and split off any member; this module proposes the buckets
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
 import unicodedata
-from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from rapidfuzz import fuzz, process
+from rapidfuzz import process
 from rapidfuzz.distance import Indel
 
 __all__ = [
@@ -72,10 +78,14 @@ __all__ = [
 THRESHOLD = 0.85
 #: Answers with fewer tokens are grouped only when identical.
 MIN_FUZZY_TOKENS = 10
-#: Tokens that keep a byte of their own in the candidate search; the rest share the others.
-_OWN_BYTES = 200
-#: Rows of the candidate matrix computed at once (memory: rows x texts bytes).
-_BLOCK = 2048
+#: Columns of the token-count matrix of the bound: the most frequent tokens own one each.
+_WIDTH, _OWN = 256, 200
+#: Rows of the bound computed at once (memory: rows x texts x 4 bytes).
+_BLOCK = 1024
+#: The token between sorted sentences (no text's token has this id).
+_SEPARATOR = 2**62
+#: Slack for float32 rounding in the bound (it only adds candidates).
+_SLACK = 1e-3
 
 _PROTECTED = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$|`+[^`\n]+?`+", re.S)
 _LINE_MARKUP = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]?|[-+*][ \t]+|\d{1,3}[.)][ \t]+)", re.M)
@@ -104,8 +114,11 @@ class AnswerGroup:
 
 
 def _prose(text: str) -> str:
-    text = _LINK.sub(r"\1", text)
-    return _EMPHASIS.sub("", text).casefold()
+    if "[" in text:
+        text = _LINK.sub(r"\1", text)
+    if "*" in text or "_" in text or "~" in text:
+        text = _EMPHASIS.sub("", text)
+    return text.casefold()
 
 
 def normalise_answer(text: str) -> str:
@@ -119,14 +132,18 @@ def normalise_answer(text: str) -> str:
         The normalised text ("" when nothing but markup and punctuation).
     """
     text = _LINE_MARKUP.sub("", unicodedata.normalize("NFKC", text))
-    parts, start = [], 0
-    for m in _PROTECTED.finditer(text):
-        parts.append(_prose(text[start : m.start()]))
-        span = m.group()
-        parts.append(span.strip("`") if span.startswith("`") else span)
-        start = m.end()
-    parts.append(_prose(text[start:]))
-    return _TRAILING.sub("", _SPACE.sub(" ", "".join(parts)).strip())
+    if "$" not in text and "`" not in text:
+        joined = _prose(text)
+    else:
+        parts, start = [], 0
+        for m in _PROTECTED.finditer(text):
+            parts.append(_prose(text[start : m.start()]))
+            span = m.group()
+            parts.append(span.strip("`") if span.startswith("`") else span)
+            start = m.end()
+        parts.append(_prose(text[start:]))
+        joined = "".join(parts)
+    return _TRAILING.sub("", _SPACE.sub(" ", joined).strip())
 
 
 def answer_tokens(normalised: str) -> list[str]:
@@ -141,14 +158,37 @@ def answer_tokens(normalised: str) -> list[str]:
     return _TOKEN.findall(normalised)
 
 
-def _ids(token_lists: list[list[str]]) -> list[list[int]]:
-    """Tokens as integers, equal for equal tokens (RapidFuzz compares integers as they are)."""
+def _sentences_sorted(ids: list[int], ends: frozenset[int]) -> list[int]:
+    """The token ids with the answer's sentences (split after the ids in ``ends``) sorted."""
+    sentences, current = [], []
+    for t in ids:
+        current.append(t)
+        if t in ends:
+            sentences.append(current[:-1])
+            current = []
+    sentences.append(current)
+    return [t for sentence in sorted(sentences) for t in (*sentence, _SEPARATOR)]
+
+
+def _scores(ids: list[list[int]], i: np.ndarray, j: np.ndarray, ends: frozenset[int]) -> np.ndarray:
+    """:func:`similarity` of the pairs ``(ids[i[k]], ids[j[k]])``, in C."""
+    first, second = [ids[k] for k in i], [ids[k] for k in j]
+    ordered = process.cpdist(first, second, scorer=Indel.normalized_similarity, dtype=np.float64, workers=-1)
+    moved = {k: _sentences_sorted(ids[k], ends) for k in {*i.tolist(), *j.tolist()}}
+    first, second = [moved[k] for k in i.tolist()], [moved[k] for k in j.tolist()]
+    return np.maximum(ordered, process.cpdist(first, second, scorer=Indel.normalized_similarity, dtype=np.float64))
+
+
+def _encode(tokens: list[list[str]]) -> tuple[list[list[int]], frozenset[int]]:
+    """Token lists as token ids, and the ids of the tokens that end a sentence."""
     vocab: dict[str, int] = {}
-    return [[vocab.setdefault(t, len(vocab)) for t in tokens] for tokens in token_lists]
+    ids = [[vocab.setdefault(t, len(vocab)) for t in row] for row in tokens]
+    return ids, frozenset(k for t, k in vocab.items() if t[0] in ".!?")
 
 
 def similarity(a: str, b: str) -> float:
-    """How alike two answers are: the Indel similarity of their normalised token sequences.
+    """How alike two answers are: the Indel similarity of their normalised token sequences, in
+    the answers' order or with their sentences sorted, whichever is higher.
 
     Args:
         a: one answer (raw Markdown).
@@ -157,8 +197,8 @@ def similarity(a: str, b: str) -> float:
     Returns:
         1 - (tokens inserted or deleted to turn one into the other) / (tokens of both), in [0, 1].
     """
-    ta, tb = _ids([answer_tokens(normalise_answer(a)), answer_tokens(normalise_answer(b))])
-    return float(Indel.normalized_similarity(ta, tb))
+    ids, ends = _encode([answer_tokens(normalise_answer(a)), answer_tokens(normalise_answer(b))])
+    return float(_scores(ids, np.array([0]), np.array([1]), ends)[0])
 
 
 def _check(answers: Mapping[str, str], apart: Collection[str], threshold: float) -> None:
@@ -177,35 +217,44 @@ def _check(answers: Mapping[str, str], apart: Collection[str], threshold: float)
         raise ValueError("group_answers: threshold must be a number in (0, 1], got nan")
 
 
-def _byte_codes(token_lists: list[list[str]]) -> list[str]:
-    """Each text as one character below 256 per token (frequent tokens exact, rare ones shared)."""
-    counts = Counter(t for tokens in token_lists for t in tokens)
-    ranked = sorted(counts, key=lambda t: (-counts[t], t))
-    code = {t: chr(i if i < _OWN_BYTES else _OWN_BYTES + i % (256 - _OWN_BYTES)) for i, t in enumerate(ranked)}
-    return ["".join(code[t] for t in tokens) for tokens in token_lists]
+def _candidates(ids: list[list[int]], threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (i < j) whose similarity may reach ``threshold``: an upper bound, computed as a
+    matrix product of square-rooted token counts (see the module's docstring)."""
+    n = len(ids)
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+    counts = np.bincount(flat)
+    rank = np.empty_like(counts)
+    rank[np.argsort(-counts, kind="stable")] = np.arange(len(counts))
+    column = np.where(rank < _OWN, rank, _OWN + rank % (_WIDTH - _OWN))
+    rows = np.repeat(np.arange(n), lengths)
+    table = np.bincount(rows * _WIDTH + column[flat], minlength=n * _WIDTH).reshape(n, _WIDTH)
+    root = np.sqrt(table).astype(np.float32)
+    total = lengths.astype(np.float32) * np.float32(threshold - _SLACK)
+    found_i, found_j = [], []
+    for a in range(0, n, _BLOCK):
+        shared = root[a : a + _BLOCK] @ root[a:].T
+        i, j = np.nonzero(np.triu(2 * shared >= total[a : a + _BLOCK, None] + total[None, a:], k=1))
+        found_i.append(i + a)
+        found_j.append(j + a)
+    if not found_i:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    return np.concatenate(found_i), np.concatenate(found_j)
 
 
-def _near_pairs(token_lists: list[list[str]], threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs (i < j) of texts whose similarity is at least ``threshold``, with it."""
-    coded = _byte_codes(token_lists)
-    cutoff = threshold * 100 - 1e-6
-    rows, cols = [], []
-    for a in range(0, len(coded), _BLOCK):
-        block = coded[a : a + _BLOCK]
-        scores = process.cdist(block, coded[a:], scorer=fuzz.ratio, score_cutoff=cutoff, dtype=np.uint8, workers=-1)
-        i, j = np.nonzero(np.triu(scores, k=1))
-        rows.append(i + a)
-        cols.append(j + a)
-    i = np.concatenate(rows) if rows else np.zeros(0, dtype=np.intp)
-    j = np.concatenate(cols) if cols else np.zeros(0, dtype=np.intp)
+def _near_pairs(tokens: list[list[str]], threshold: float) -> dict[int, dict[int, float]]:
+    """Text -> {neighbour: similarity} for the pairs of texts (as tokens) at or above ``threshold``."""
+    ids, ends = _encode(tokens)
+    i, j = _candidates(ids, threshold)
+    near: dict[int, dict[int, float]] = {}
     if not len(i):
-        return i, j, np.zeros(0)
-    ids = _ids(token_lists)
-    exact = process.cpdist(
-        [ids[k] for k in i], [ids[k] for k in j], scorer=Indel.normalized_similarity, dtype=np.float64
-    )
-    keep = exact >= threshold
-    return i[keep], j[keep], exact[keep]
+        return near
+    sims = _scores(ids, i, j, ends)
+    keep = sims >= threshold
+    for a, b, x in zip(i[keep].tolist(), j[keep].tolist(), sims[keep].tolist(), strict=True):
+        near.setdefault(a, {})[b] = x
+        near.setdefault(b, {})[a] = x
+    return near
 
 
 def _clusters(order: list[int], near: dict[int, dict[int, float]]) -> list[list[int]]:
@@ -265,14 +314,13 @@ def group_answers(
     for student in sorted(s for s in answers if s not in split):
         by_text.setdefault(normalise_answer(answers[student]), []).append(student)
     texts = list(by_text)
-    tokens = [answer_tokens(t) for t in texts]
-    fuzzy = [k for k, t in enumerate(tokens) if len(t) >= MIN_FUZZY_TOKENS] if threshold < 1 else []
-    i, j, sim = _near_pairs([tokens[k] for k in fuzzy], threshold) if len(fuzzy) > 1 else (np.zeros(0, int),) * 3
-    index = np.asarray(fuzzy, dtype=np.intp)
     near: dict[int, dict[int, float]] = {}
-    for a, b, x in zip(index[i.astype(np.intp)].tolist(), index[j.astype(np.intp)].tolist(), sim.tolist(), strict=True):
-        near.setdefault(a, {})[b] = x
-        near.setdefault(b, {})[a] = x
+    if threshold < 1:
+        tokens = [answer_tokens(t) for t in texts]
+        fuzzy = [k for k, t in enumerate(tokens) if len(t) >= MIN_FUZZY_TOKENS]
+        if len(fuzzy) > 1:
+            found = _near_pairs([tokens[k] for k in fuzzy], threshold)
+            near = {fuzzy[a]: {fuzzy[b]: x for b, x in row.items()} for a, row in found.items()}
     order = sorted(range(len(texts)), key=lambda k: (-len(by_text[texts[k]]), -len(near.get(k, ())), k))
     groups = []
     for members in _clusters(order, near):

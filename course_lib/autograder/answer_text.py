@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from markdown_it import MarkdownIt
+from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 from mdit_py_plugins.texmath import texmath_plugin
@@ -34,7 +35,10 @@ from .answer_images import raster_image
 from .mathml import MAX_FORMULA_CHARS, formula_html
 from .notebook import think_questions
 
-__all__ = ["Question", "questions", "render_markdown", "MAX_FORMULA_CHARS", "QuestionsError"]
+__all__ = ["Question", "questions", "render_markdown", "MAX_FORMULA_CHARS", "MAX_TEXT_CHARS", "QuestionsError"]
+
+#: Longer text is rendered up to this length only (a stored answer has at most 5,000 characters).
+MAX_TEXT_CHARS = 50_000
 
 
 @dataclass(frozen=True)
@@ -88,10 +92,16 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _ATTACHMENT = "attachment:"
 
 
-def _validate_link(url: str) -> bool:
-    """Whether markdown-it makes a link (or an image) of ``url``: http(s), mailto, relative, attachment."""
-    scheme = _SCHEME.match(url.strip())
-    return scheme is None or scheme.group(1).lower() in (*_LINK_SCHEMES, "attachment")
+def _safe_link(url: str) -> bool:
+    """Whether a link may lead to ``url``: http(s), mailto or relative (markdown-it has percent-encoded
+    the spaces and control characters a browser would skip, so the scheme is what it reads)."""
+    scheme = _SCHEME.match(url)
+    return scheme is None or scheme.group(1).lower() in _LINK_SCHEMES
+
+
+def _any_link(url: str) -> bool:
+    """markdown-it makes every link and image; the renderers below decide what each becomes."""
+    return True
 
 
 def _render_math(self: Any, tokens: Sequence[Token], idx: int, options: Any, env: Any) -> str:
@@ -114,9 +124,23 @@ def _render_image(self: Any, tokens: Sequence[Token], idx: int, options: Any, en
 def _render_link_open(self: Any, tokens: Sequence[Token], idx: int, options: Any, env: Any) -> str:
     token = tokens[idx]
     href = str(token.attrGet("href") or "")
-    if not _validate_link(href) or href.strip().lower().startswith(_ATTACHMENT):
+    if not _safe_link(href):
         return "<a>"
     return f'<a href="{escape(href, quote=True)}" rel="noopener noreferrer nofollow">'
+
+
+def _display_in_text(state: StateInline, silent: bool) -> bool:
+    """``\\[..\\]`` inside a paragraph: a display formula (texmath reads it only as a block of its own)."""
+    if not state.src.startswith("\\[", state.pos):
+        return False
+    end = state.src.find("\\]", state.pos + 2)
+    if end < 0:
+        return False
+    if not silent:
+        token = state.push("math_inline_double", "math", 0)
+        token.content, token.markup = state.src[state.pos + 2 : end], "\\["
+    state.pos = end + 2
+    return True
 
 
 @functools.cache
@@ -125,7 +149,8 @@ def _markdown() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False})
     md.use(dollarmath_plugin, allow_labels=False, allow_space=False, allow_digits=False, double_inline=True)
     md.use(texmath_plugin, delimiters="brackets")
-    md.validateLink = _validate_link  # type: ignore[method-assign]
+    md.inline.ruler.before("escape", "math_display_in_text", _display_in_text)
+    md.validateLink = _any_link  # type: ignore[method-assign]
     for rule in ("math_inline", "math_inline_double", "math_block", "math_block_eqno"):
         md.add_render_rule(rule, _render_math)
     md.add_render_rule("image", _render_image)
@@ -133,7 +158,9 @@ def _markdown() -> MarkdownIt:
     return md
 
 
-def _attachments_key(attachments: Mapping[str, Mapping[str, str]]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+def _attachments_key(
+    attachments: Mapping[str, Mapping[str, str]],
+) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
     return tuple(
         sorted(
             (str(name), tuple(sorted((str(m), str(d)) for m, d in bundle.items())))
@@ -164,7 +191,8 @@ def render_markdown(text: str, attachments: Mapping[str, Mapping[str, str]] | No
 
     Returns:
         The HTML (block elements, no surrounding container); the same text and attachments give
-        the same HTML, from a cache after the first time.
+        the same HTML, from a cache after the first time. Text over :data:`MAX_TEXT_CHARS` is cut
+        there, and says so.
 
     Raises:
         TypeError: ``text`` is not a string or ``attachments`` not a mapping.
@@ -172,6 +200,10 @@ def render_markdown(text: str, attachments: Mapping[str, Mapping[str, str]] | No
     if not isinstance(text, str):
         raise TypeError(f"text: expected a str, got {type(text).__name__}")
     if attachments is not None and not isinstance(attachments, Mapping):
-        raise TypeError(f"attachments: expected a mapping of name to {{mime: base64}}, got {type(attachments).__name__}")
+        raise TypeError(
+            f"attachments: expected a mapping of name to {{mime: base64}}, got {type(attachments).__name__}"
+        )
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS] + f"\n\n(cut at {MAX_TEXT_CHARS:,} characters)"
     key = _attachments_key(attachments) if attachments else ()
     return _render_with_images(text, key) if key else _render_text(text)

@@ -11,8 +11,9 @@ case, spaces and underscores aside). An assignment with no column is an error th
 and lists the roster's assignment columns; nothing is ever written under a new title.
 
 The ``Points Possible`` row repeats the roster's own (Canvas's) points, so the import changes
-no assignment's points; ``scale`` rescales each score to them, and without it a column whose
-points differ from the notebook's is a warning. A roster student without a submission gets an
+no assignment's points; ``scale`` rescales each score to them from the notebook's points
+possible (the checks' and the questions graded by hand: :attr:`.record.Record.points_possible`),
+and without it a column whose points differ from the notebook's is a warning. A roster student without a submission gets an
 empty cell (Canvas leaves the grade as it is) or, with ``missing="zero"``, 0.
 """
 
@@ -157,12 +158,12 @@ def _mapped(
     return chosen
 
 
-def _cell(rec: Record | None, column: CanvasColumn, max_score: float, missing: str, scale: bool) -> str:
+def _cell(rec: Record | None, column: CanvasColumn, possible: float, missing: str, scale: bool) -> str:
     if rec is None:
         return "0" if missing == "zero" else ""
     score = rec.score
-    if scale and column.points_possible is not None and max_score:
-        score = round(score * column.points_possible / max_score, 2)
+    if scale and column.points_possible is not None and possible:
+        score = round(score * column.points_possible / possible, 2)
     return f"{score:g}"
 
 

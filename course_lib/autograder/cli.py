@@ -39,19 +39,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Add the instructor's subcommands to the ``course-lib`` parser, in the order ``--help`` lists them."""
     from .release import add_release
 
-    for add in (
-        add_assign,
-        add_release,
-        add_collect,
-        add_grade,
-        add_check,
-        add_export,
-        add_feedback,
-        add_report,
-        add_review,
-    ):
+    for add in (add_assign, add_release, add_collect, add_grade, add_check, add_export, add_feedback, add_report):
         add(sub)
-    for add in (add_history, add_override, add_resolve):
+    for add in (add_review, add_history, add_override, add_resolve):
         add(sub)
 
 

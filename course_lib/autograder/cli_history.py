@@ -1,6 +1,7 @@
 """The gradebook's history on the command line: ``history``, ``override`` and ``resolve``.
 
-history   every grading, resubmission, override and resolution of a student's submissions
+history   every grading, resubmission, override and resolution of a student's submissions,
+          and the graders' decisions about their answers (points given by hand, look-alike pairs)
 override  set (or --clear) the score that counts for a submission
 resolve   accept or reject a submission held for review
 """
@@ -30,8 +31,9 @@ def add_history(sub: argparse._SubParsersAction) -> None:
         "history",
         help="a student's gradings, resubmissions, overrides and resolutions, oldest first",
         description="One line per event: when, the assignment, what (graded, regraded, resubmitted, override, "
-        "accepted, rejected, cleared), the score, the status and notebook, by whom and why; each assignment "
-        "headed by the score that counts now.",
+        "accepted, rejected, cleared), the score, the status and notebook, by whom and why; with them, the "
+        "graders' decisions about the student's answers and look-alike pairs (manual grade, clear, split, "
+        "pair); each assignment headed by the score that counts now.",
     )
     p.add_argument("student")
     p.add_argument("assignment", nargs="?", default=None)
@@ -53,14 +55,18 @@ def _cmd_history(args: argparse.Namespace) -> int:
             what = f"{student!r}" + ("" if assignment is None else f" for {assignment!r}")
             print(f"course-lib history: no history of {what} in {args.db}", file=sys.stderr)
             return 2
+        decisions = book.manual.about(student, assignment)
         for slug in dict.fromkeys(e.assignment for e in events):
             rec = book.record(student, slug)
             if rec is not None:
                 why = f" ({rec.adjustment.flag()})" if rec.adjustment else ""
-                print(f"{student} / {slug}: {rec.score:g} / {rec.max_score:g} counts{why}")
-            for e in events:
-                if e.assignment == slug:
-                    print(f"  {e.line()}")
+                pending = rec.manual.pending if rec.manual else 0
+                waiting = f"; manual grading pending: {pending}" if pending else ""
+                print(f"{student} / {slug}: {rec.score:g} / {rec.points_possible:g} counts{why}{waiting}")
+            lines = [(e.at, 0, e.id, e.line()) for e in events if e.assignment == slug]
+            lines += [(d.at, 1, d.id, d.line()) for d in decisions if d.assignment == slug]
+            for *_, line in sorted(lines):
+                print(f"  {line}")
     return 0
 
 

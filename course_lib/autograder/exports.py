@@ -46,6 +46,8 @@ __all__ = [
     "late_line",
     "adjustment_line",
     "gradebook_table",
+    "manual_cells",
+    "manual_tests",
 ]
 
 #: The identity columns of a Canvas gradebook export, in its order.
@@ -64,15 +66,26 @@ def file_stem(student: str) -> str:
 
 
 def late_line(rec: Record) -> str | None:
-    """A late record's raw score, penalty and final score in one sentence (None when on time)."""
+    """A late record's raw score, penalty and final score in one sentence (None when on time);
+    the points given by hand count in the raw score and the penalty alike."""
     late = rec.late
     if late is None:
         return None
+    by_hand = 0.0 if rec.manual is None else rec.manual.points
+    penalty = round(late.points + by_hand - rec.manual_score, 6)
     return (
         f"Late: submitted {late.submitted}, {late.days} started day(s) after the deadline "
-        f"{late.deadline}; penalty {late.fraction * 100:g}% = {late.points:g} point(s). "
-        f"Raw score {rec.raw_score:g}, final score {rec.score:g} / {rec.max_score:g}."
+        f"{late.deadline}; penalty {late.fraction * 100:g}% = {penalty:g} point(s). "
+        f"Raw score {rec.raw_score + by_hand:g}, final score {rec.score:g} / {rec.points_possible:g}."
     )
+
+
+def manual_cells(rec: Record) -> tuple[str, str]:
+    """The CSV's ``manual`` (the points given by hand, before any late penalty) and
+    ``manual_pending`` (answers not graded yet) cells; both empty without questions graded by hand."""
+    if rec.manual is None:
+        return "", ""
+    return f"{rec.manual.points:g}", str(rec.manual.pending)
 
 
 def adjustment_line(rec: Record) -> str | None:
@@ -83,14 +96,21 @@ def adjustment_line(rec: Record) -> str | None:
     what = {"override": "Score set by your instructor", "accepted": "Accepted after review"}
     head = what.get(adj.kind, "Rejected after review")
     why = f": {adj.reason}" if adj.reason else ""
+    if adj.kind == "rejected":
+        return f"{head}{why}. Score 0 / {rec.points_possible:g} (the grading gave {rec.graded_score:g})."
     return f"{head}{why}. Score {adj.points:g} / {rec.max_score:g} (the grading gave {rec.graded_score:g})."
 
 
 def export_csv(db: str | Path, out: str | Path) -> int:
-    """One row per student and assignment: student, assignment, score (the one that counts: an
-    override's or resolution's, else the final score after any late penalty), max_score, status, flags (forbidden calls, tampering, use of the reference, an
-    instructor's override or review resolution; ``|``-separated), seed, raw_score (before the penalty), late_days and penalty (points; both
-    empty when on time), then the points of every graded function (empty where the assignment
+    """One row per student and assignment: student, assignment, score (the one that counts,
+    :attr:`.record.Record.score`: an override's or resolution's, else the final score after any
+    late penalty, plus the points given by hand), max_score (the points possible: the checks'
+    and the questions graded by hand), status, flags (forbidden calls, tampering, use of the
+    reference, an instructor's override or review resolution, ``manual grading pending: N``;
+    ``|``-separated), seed, raw_score (the checks' points before the penalty), late_days and
+    penalty (the checks' points; both empty when on time), manual (the points given by hand,
+    before the penalty) and manual_pending (answers not graded yet; both empty without questions
+    graded by hand), then the points of every graded function (empty where the assignment
     does not grade it). Then one row per file no graded record was made of (status
     ``unmatched`` or ``invalid``, :mod:`.ungraded`): its student and assignment where known, no
     score, and ``origin: status: reason`` as its flags.
@@ -114,6 +134,8 @@ def export_csv(db: str | Path, out: str | Path) -> int:
                 "raw_score",
                 "late_days",
                 "penalty",
+                "manual",
+                "manual_pending",
                 *functions,
             ]
         )
@@ -125,13 +147,14 @@ def export_csv(db: str | Path, out: str | Path) -> int:
                     csv_cell(student),
                     csv_cell(rec.assignment),
                     f"{rec.score:g}",
-                    f"{rec.max_score:g}",
+                    f"{rec.points_possible:g}",
                     csv_cell(rec.status),
                     csv_cell(" | ".join(rec.all_flags)),
                     "" if rec.seed is None else str(rec.seed),
                     f"{rec.raw_score:g}",
                     "" if late is None else str(late.days),
                     "" if late is None else f"{late.points:g}",
+                    *manual_cells(rec),
                     *(f"{points[fn]:g}" if fn in points else "" for fn in functions),
                 ]
             )
@@ -139,7 +162,7 @@ def export_csv(db: str | Path, out: str | Path) -> int:
         for stray in ungraded_rows(book):  # a file no graded record was made of: its reason as the flag
             w.writerow(
                 [csv_cell(c) for c in (stray.student, stray.assignment, "", "", stray.status, stray.line())]
-                + [""] * (4 + len(functions))
+                + [""] * (6 + len(functions))
             )
             n += 1
     return n
@@ -179,13 +202,14 @@ def read_roster(path: str | Path) -> tuple[list[str], str, list[dict[str, str]]]
 
 
 def gradebook_table(db: str | Path) -> tuple[dict[str, dict[str, Record]], dict[str, float]]:
-    """Records per student and assignment, and each graded assignment's points (registry order)."""
+    """Records per student and assignment, and each graded assignment's points possible
+    (the checks' and the questions graded by hand; registry order)."""
     table: dict[str, dict[str, Record]] = {}
     points: dict[str, float] = {}
     with Gradebook(db) as book:
         for student, rec in book.rows():
             table.setdefault(identity(student), {})[rec.assignment] = rec
-            points.setdefault(rec.assignment, rec.max_score)
+            points.setdefault(rec.assignment, rec.points_possible)
     order = [a for a in ASSIGNMENTS if a in points] + sorted(a for a in points if a not in ASSIGNMENTS)
     return table, {a: points[a] for a in order}
 
@@ -274,11 +298,14 @@ def gradescope_results(rec: Record, visibility: str = "visible") -> dict:
                     "visibility": visibility,
                 }
             )
+    tests += manual_tests(rec, visibility)
+    pending = 0 if rec.manual is None else rec.manual.pending
     late = late_line(rec)
-    output = "\n".join([*([late] if late else []), *rec.messages])
+    waiting = [f"Being graded by hand: {pending} question(s); the score does not count them yet."] if pending else []
+    output = "\n".join([*([late] if late else []), *waiting, *rec.messages])
     return {
         "score": rec.score,
-        "output": output or f"{rec.assignment}: {rec.score:g}/{rec.max_score:g}",
+        "output": output or f"{rec.assignment}: {rec.score:g}/{rec.points_possible:g}",
         "output_format": "text",
         "test_output_format": "text",
         "test_name_format": "text",
@@ -293,6 +320,28 @@ def gradescope_results(rec: Record, visibility: str = "visible") -> dict:
         },
         "tests": tests,
     }
+
+
+def manual_tests(rec: Record, visibility: str) -> list[dict]:
+    """One Gradescope test per question graded by hand (or not answered): its points, the
+    rubric items applied and the grader's comment (plain text); a question still being graded
+    has none (the results' output says how many)."""
+    tests = []
+    for q in () if rec.manual is None else rec.manual.questions:
+        if q.points is None:
+            continue
+        lines = [q.line(), *(f"- {item}" for item in q.items), *([q.comment] if q.comment else [])]
+        tests.append(
+            {
+                "name": f"{q.question} (graded by hand)",
+                "score": q.points,
+                "max_score": q.max_points,
+                "status": "passed" if q.points >= q.max_points else "failed",
+                "output": "\n".join(lines),
+                "visibility": visibility,
+            }
+        )
+    return tests
 
 
 def _error_said_once(r: dict, errors: dict[str, tuple[str, list[str]]]) -> list[str]:

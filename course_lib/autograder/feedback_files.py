@@ -2,7 +2,8 @@
 each function's report rendered as the notebook shows it (:mod:`course_lib.grading.rendering`).
 
 Per assignment: its score, any late penalty and notebook-level messages, then each graded
-function's report in the order a student reads it: the score, the notes, each error with its
+function's report in the order a student reads it, then the questions graded by hand
+(:mod:`.manual_feedback`: points, rubric items applied, the grader's comment). A report: the score, the notes, each error with its
 hint and each likely mistake with its fix (said once per function, with the tests they
 affect), the failing tests, one sentence for the tests whose points wait for the value tests
 (withheld, not failed), the passing tests (folded in HTML, one line in Markdown).
@@ -26,6 +27,7 @@ from ..grading.report import Report
 from .exports import adjustment_line, file_stem, late_line
 from .gradebook import Gradebook
 from .identity import identity
+from .manual_feedback import manual_html, manual_markdown
 from .record import Record
 from .untrusted_text import valid_utf8
 
@@ -64,6 +66,7 @@ details summary { color: var(--muted); }
 details[open] summary { margin-bottom: .25rem; }
 blockquote { border-left: .25rem solid var(--line); margin: .5rem 0; padding: 0 .75rem; }
 .standing { font-weight: 600; }
+.manual .comment { border-left: .25rem solid var(--line); padding: 0 .75rem; }
 """
 
 _CSP = "default-src 'none'; style-src 'unsafe-inline'"
@@ -92,7 +95,7 @@ def _report(function: dict) -> Report:
 
 
 def _head(rec: Record) -> str:
-    return f"{rec.assignment}: {rec.score:g} / {rec.max_score:g} points"
+    return f"{rec.assignment}: {rec.score:g} / {rec.points_possible:g} points"
 
 
 def feedback_markdown(student: str, recs: Sequence[Record]) -> str:
@@ -105,6 +108,7 @@ def feedback_markdown(student: str, recs: Sequence[Record]) -> str:
         blocks += [f"**{md_inline(line)}**" for line in (late_line(rec), adjustment_line(rec)) if line]
         blocks += [f"> {md_inline(m)}" for m in rec.messages]
         blocks += [as_markdown(_report(fr), level=3).rstrip("\n") for fr in rec.functions]
+        blocks += manual_markdown(rec.manual, level=3)
     return "\n\n".join(blocks) + "\n"
 
 
@@ -119,6 +123,7 @@ def feedback_html(student: str, recs: Sequence[Record]) -> str:
         body += [f'<p class="standing">{h(line)}</p>' for line in (late_line(rec), adjustment_line(rec)) if line]
         body += [f"<blockquote><p>{h(m)}</p></blockquote>" for m in rec.messages]
         body += [as_html(_report(fr)) for fr in rec.functions]
+        body += [manual_html(rec.manual, level=3)] if rec.manual else []
         body.append("</section>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

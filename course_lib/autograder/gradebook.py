@@ -29,6 +29,7 @@ from .history import (
     record_event,
 )
 from .manual import Conflict, ManualStore
+from .manual_points import ManualTables, manual_points
 from .manual_schema import migrate as migrate_manual
 from .record import Record
 from .untrusted_text import valid_utf8
@@ -105,7 +106,7 @@ class Gradebook:
             nothing was dropped).
         """
         student = valid_utf8(student)
-        record = replace(record, adjustment=None)
+        record = replace(record, adjustment=None, manual=None)
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         values = (
             student,
@@ -249,8 +250,11 @@ class Gradebook:
         ).fetchone()
         if row is None:
             return None
-        adjustment = current_adjustments(self.conn, valid_utf8(student)).get((valid_utf8(student), assignment))
-        return replace(Record.from_json(json.loads(row[0])), adjustment=adjustment)
+        student = valid_utf8(student)
+        adjustment = current_adjustments(self.conn, student).get((student, assignment))
+        rec = Record.from_json(json.loads(row[0]))
+        manual = manual_points(ManualTables.read(self.conn, student, assignment), student, assignment, rec.answers)
+        return replace(rec, adjustment=adjustment, manual=manual)
 
     def update_record(self, student: str, record: Record) -> None:
         """Replace a stored record's score and record (a new late penalty) and nothing else: the
@@ -276,14 +280,15 @@ class Gradebook:
 
     def rows(self) -> Iterator[tuple[str, Record]]:
         """Every graded submission as (student, record), sorted by student and assignment, each
-        record with the adjustment that counts (an override, a resolved review) if any."""
+        record with the adjustment that counts (an override, a resolved review) if any and its
+        points given by hand (one query per table of the manual grading store)."""
         adjustments = current_adjustments(self.conn)
+        tables = ManualTables.read(self.conn)
         rows = self.conn.execute("SELECT student, assignment, record FROM results ORDER BY student, assignment")
         for student, assignment, record in rows.fetchall():
-            yield (
-                student,
-                replace(Record.from_json(json.loads(record)), adjustment=adjustments.get((student, assignment))),
-            )
+            rec = Record.from_json(json.loads(record))
+            manual = manual_points(tables, student, assignment, rec.answers)
+            yield student, replace(rec, adjustment=adjustments.get((student, assignment)), manual=manual)
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])

@@ -26,15 +26,23 @@ from .lookalike import REFERENCE
 from .manual_schema import (
     VERDICTS,
     AnswerGrade,
+    Conflict,
     Decision,
     PairDecision,
     QuestionSetup,
     RubricItem,
     answer_target,
+    as_json,
     finite,
+    grade_json,
     grade_points,
+    item_id,
+    pair_key,
     pair_target,
     rubrics,
+    setup_json,
+    text_arg,
+    version_arg,
 )
 
 __all__ = [
@@ -46,53 +54,11 @@ __all__ = [
     "QuestionSetup",
     "RubricItem",
     "answer_target",
+    "pair_key",
     "pair_target",
 ]
 
 _DECISION = "SELECT id, at, by, kind, assignment, target, before, after, reason FROM decisions"
-
-
-class Conflict(Exception):
-    """A save based on a stale version: someone saved first; nothing was saved.
-
-    Args:
-        what: what the save would have changed (``question ch02-q1 of 02_self_attention``).
-        current: what is stored now (a QuestionSetup, AnswerGrade, PairDecision, or None).
-        by: who made the change the save did not know of.
-        at: when (ISO 8601, UTC).
-        expected: the version the save was based on.
-        version: the version stored now.
-    """
-
-    def __init__(self, what: str, current: Any, by: str, at: str, expected: int, version: int):
-        self.what, self.current, self.by, self.at = what, current, by, at
-        self.expected, self.version = expected, version
-        super().__init__(
-            f"{what} was changed by {by} at {at} since you read it (version {version}, yours {expected}); "
-            "nothing was saved: reload it and decide again"
-        )
-
-
-def _json(data: Any) -> str:
-    return "" if data is None else json.dumps(data, sort_keys=True, ensure_ascii=False)
-
-
-def _text(name: str, value: Any, *, required: bool = False) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
-    if required and not value.strip():
-        raise ValueError(f"{name} must not be empty, got {value!r}")
-    return value
-
-
-def _setup_json(setup: QuestionSetup) -> dict[str, Any]:
-    return {"max_points": setup.max_points, "rubric": [[i.id, i.text, i.points] for i in setup.rubric]}
-
-
-def _grade_json(grade: AnswerGrade | None) -> dict[str, Any] | None:
-    if grade is None:
-        return None
-    return {"items": list(grade.items), "adjust": grade.adjust, "comment": grade.comment, "points": grade.points}
 
 
 class ManualStore:
@@ -133,7 +99,7 @@ class ManualStore:
         cursor = self.conn.execute(
             "INSERT INTO decisions (at, by, kind, assignment, target, before, after, reason, student, other) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (at, by, kind, assignment, target, _json(before), _json(after), reason, *students),
+            (at, by, kind, assignment, target, as_json(before), as_json(after), reason, *students),
         )
         return int(cursor.lastrowid or 0)
 
@@ -223,13 +189,17 @@ class ManualStore:
         Returns:
             The setup as now stored.
         """
-        _text("question", question, required=True)
-        by = _text("by", by, required=True)
+        text_arg("question", question, required=True)
+        by, expected = text_arg("by", by, required=True), version_arg("expected", expected)
         max_points = finite("max_points", max_points)
         if max_points < 0:
             raise ValueError(f"max_points must be >= 0, got {max_points:g}")
         items = [
-            (item, _text(f"rubric[{n}] text", text, required=True), finite(f"rubric[{n}] points", points))
+            (
+                None if item is None else item_id(f"rubric[{n}] id", item),
+                text_arg(f"rubric[{n}] text", text, required=True),
+                finite(f"rubric[{n}] points", points),
+            )
             for n, (item, text, points) in enumerate(rubric)
         ]
         ids = [item for item, _, _ in items if item is not None]
@@ -242,26 +212,11 @@ class ManualStore:
             unknown = sorted(set(ids) - {i.id for i in current.rubric})
             if unknown:
                 raise ValueError(f"rubric: item ids {unknown} are not items of {question}'s rubric")
-            kept = ", ".join(str(i) for i in ids) or "NULL"
-            self.conn.execute(
-                f"DELETE FROM manual_rubric WHERE assignment = ? AND question = ? AND id NOT IN ({kept})",
-                (assignment, question),
-            )
-            for position, (item, text, points) in enumerate(items):
-                if item is None:
-                    self.conn.execute(
-                        "INSERT INTO manual_rubric (assignment, question, position, text, points) VALUES (?, ?, ?, ?, ?)",
-                        (assignment, question, position, text, points),
-                    )
-                else:
-                    self.conn.execute(
-                        "UPDATE manual_rubric SET position = ?, text = ?, points = ? WHERE id = ?",
-                        (position, text, points, item),
-                    )
+            self._write_rubric(assignment, question, items)
             after = QuestionSetup(assignment, question, max_points, self.setup(assignment, question).rubric, 0)
             version = self._decide(
-                "question", assignment, question, _setup_json(current) if current.version else None,
-                _setup_json(after), by=by, at=now(), reason=reason,
+                "question", assignment, question, setup_json(current) if current.version else None,
+                setup_json(after), by=by, at=now(), reason=reason,
             )  # fmt: skip
             self.conn.execute(
                 "INSERT INTO manual_questions VALUES (?, ?, ?, ?) ON CONFLICT (assignment, question) "
@@ -269,6 +224,25 @@ class ManualStore:
                 (assignment, question, max_points, version),
             )
         return QuestionSetup(assignment, question, max_points, after.rubric, version)
+
+    def _write_rubric(self, assignment: str, question: str, items: list[tuple[int | None, str, float]]) -> None:
+        """Replace a question's rubric with ``items`` (validated; inside the caller's transaction)."""
+        kept = [item for item, _, _ in items if item is not None]
+        self.conn.execute(
+            f"DELETE FROM manual_rubric WHERE assignment = ? AND question = ? AND id NOT IN ({', '.join('?' * len(kept))})",
+            (assignment, question, *kept),
+        )
+        for position, (item, text, points) in enumerate(items):
+            if item is None:
+                self.conn.execute(
+                    "INSERT INTO manual_rubric (assignment, question, position, text, points) VALUES (?, ?, ?, ?, ?)",
+                    (assignment, question, position, text, points),
+                )
+            else:
+                self.conn.execute(
+                    "UPDATE manual_rubric SET position = ?, text = ?, points = ? WHERE id = ?",
+                    (position, text, points, item),
+                )
 
     # -- answer grades ---------------------------------------------------------------------
 
@@ -331,8 +305,9 @@ class ManualStore:
         unexpected = [s for s in students if s not in expected]
         if unexpected:
             raise ValueError(f"expected: the version each student's grade is based on, none for {unexpected!r}")
-        adjust, comment, by = finite("adjust", adjust), _text("comment", comment), _text("by", by, required=True)
-        applied = tuple(dict.fromkeys(int(i) for i in items))
+        adjust, comment, by = finite("adjust", adjust), text_arg("comment", comment), text_arg("by", by, required=True)
+        expected = {s: version_arg(f"expected[{s!r}]", expected[s]) for s in students}
+        applied = tuple(dict.fromkeys(item_id("items", i) for i in items))
         self._require_records(assignment, students)
         with self._transaction():
             setup = self.setup(assignment, question)
@@ -352,8 +327,8 @@ class ManualStore:
             for student in students:
                 grade = AnswerGrade(assignment, question, student, applied, adjust, comment, points, by, at, 0)
                 version = self._decide(
-                    "grade", assignment, answer_target(question, student), _grade_json(current.get(student)),
-                    _grade_json(grade), by=by, at=at, reason=reason, students=(student, None),
+                    "grade", assignment, answer_target(question, student), grade_json(current.get(student)),
+                    grade_json(grade), by=by, at=at, reason=reason, students=(student, None),
                 )  # fmt: skip
                 self.conn.execute(
                     "INSERT INTO manual_grades VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -386,7 +361,7 @@ class ManualStore:
             by: the grader.
             expected: the grade's version the removal is based on.
         """
-        by = _text("by", by, required=True)
+        by, expected = text_arg("by", by, required=True), version_arg("expected", expected)
         with self._transaction():
             setup = self.setup(assignment, question)
             current = self._grades(setup, [student]).get(student)
@@ -396,7 +371,7 @@ class ManualStore:
             if current is None:
                 raise ValueError(f"student: {student}'s answer to {question} of {assignment} has no grade to clear")
             self._decide(
-                "clear", assignment, answer_target(question, student), _grade_json(current), None,
+                "clear", assignment, answer_target(question, student), grade_json(current), None,
                 by=by, at=now(), students=(student, None),
             )  # fmt: skip
             self.conn.execute(
@@ -416,7 +391,7 @@ class ManualStore:
     def set_split(self, assignment: str, question: str, student: str, split: bool, *, by: str) -> None:
         """Split a student's answer off its group (``split``), or let it join again; a change
         is kept in the history, a no-change writes nothing."""
-        by = _text("by", by, required=True)
+        by = text_arg("by", by, required=True)
         self._require_records(assignment, [student], "student")
         with self._transaction():
             was = student in self.splits(assignment, question)
@@ -437,7 +412,7 @@ class ManualStore:
     # -- look-alike pairs ------------------------------------------------------------------
 
     def pairs(self, assignment: str) -> dict[tuple[str, str], PairDecision]:
-        """Every decided look-alike pair of ``assignment``, by ``(a, b)`` sorted."""
+        """Every decided look-alike pair of ``assignment``, by ``(a, b)`` (:func:`.manual_schema.pair_key`)."""
         rows = self.conn.execute(
             "SELECT a, b, verdict, note, by, at, version FROM manual_pairs WHERE assignment = ? ORDER BY a, b",
             (assignment,),
@@ -463,12 +438,13 @@ class ManualStore:
         """
         if verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
-        note, by = _text("note", note), _text("by", by, required=True)
+        note, by = text_arg("note", note), text_arg("by", by, required=True)
+        expected = version_arg("expected", expected)
         if verdict == "confirmed" and not note.strip():
             raise ValueError("note: confirming a pair needs a note saying why (kept in the history), got an empty note")
         if a == b:
             raise ValueError(f"b: a pair is two different students, got {a!r} twice")
-        a, b = sorted((a, b))
+        a, b = pair_key(a, b)
         self._require_records(assignment, [s for s in (a, b) if s != REFERENCE], "a, b")
         with self._transaction():
             current = self.pairs(assignment).get((a, b))

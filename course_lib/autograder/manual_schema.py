@@ -9,13 +9,17 @@ transaction (:func:`migrate`); nothing in it changes.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
+
+from .lookalike import REFERENCE
 
 __all__ = [
     "AnswerGrade",
+    "Conflict",
     "Decision",
     "PairDecision",
     "QuestionSetup",
@@ -25,6 +29,7 @@ __all__ = [
     "VERSION",
     "answer_target",
     "migrate",
+    "pair_key",
     "pair_target",
 ]
 
@@ -170,7 +175,7 @@ class PairDecision:
 
     Args:
         assignment: the assignment's name.
-        a: the first student (``(a, b)`` sorted).
+        a: the first student (``(a, b)`` sorted; a student before the reference: :func:`pair_key`).
         b: the second student, or :data:`.lookalike.REFERENCE`.
         verdict: ``confirmed`` or ``dismissed``.
         note: the grader's note (required to confirm).
@@ -215,15 +220,107 @@ class Decision:
     after: str
     reason: str
 
+    def summary(self) -> str:
+        """What the decision did, in words: ``3 / 4 points``, ``grade removed``, ``confirmed``."""
+        after = json.loads(self.after) if self.after else None
+        if self.kind == "grade" and after:
+            comment = " ".join(str(after.get("comment", "")).split())
+            said = f', comment "{comment[:60]}{"..." if len(comment) > 60 else ""}"' if comment else ""
+            return f"{after['points']:g} points given by hand{said}"
+        if self.kind == "question" and after:
+            return f"{after['max_points']:g} points, {len(after['rubric'])} rubric item(s)"
+        if self.kind == "pair" and after:
+            return str(after["verdict"])
+        return {"clear": "grade removed", "split": "split off its answer group", "unsplit": "back in its group"}.get(
+            self.kind, self.kind
+        )
+
+    def line(self) -> str:
+        """The decision as one line of ``course-lib history``."""
+        why = f": {self.reason}" if self.reason else ""
+        return (
+            f"{self.at}  {self.assignment}  manual {self.kind:<8}  {self.target}  {self.summary()}  by {self.by}{why}"
+        )
+
+
+class Conflict(Exception):
+    """A save based on a stale version: someone saved first; nothing was saved.
+
+    Args:
+        what: what the save would have changed (``question ch02-q1 of 02_self_attention``).
+        current: what is stored now (a QuestionSetup, AnswerGrade, PairDecision, or None).
+        by: who made the change the save did not know of.
+        at: when (ISO 8601, UTC).
+        expected: the version the save was based on.
+        version: the version stored now.
+    """
+
+    def __init__(self, what: str, current: Any, by: str, at: str, expected: int, version: int):
+        self.what, self.current, self.by, self.at = what, current, by, at
+        self.expected, self.version = expected, version
+        super().__init__(
+            f"{what} was changed by {by} at {at} since you read it (version {version}, yours {expected}); "
+            "nothing was saved: reload it and decide again"
+        )
+
+
+def as_json(data: Any) -> str:
+    """A decision's ``before`` or ``after``: JSON text, "" for nothing."""
+    return "" if data is None else json.dumps(data, sort_keys=True, ensure_ascii=False)
+
+
+def text_arg(name: str, value: Any, *, required: bool = False) -> str:
+    """``value``, or a ValueError naming ``name`` when it is not a string (or, ``required``, blank)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    if required and not value.strip():
+        raise ValueError(f"{name} must not be empty, got {value!r}")
+    return value
+
+
+def setup_json(setup: QuestionSetup) -> dict[str, Any]:
+    """A setup as the history keeps it."""
+    return {"max_points": setup.max_points, "rubric": [[i.id, i.text, i.points] for i in setup.rubric]}
+
+
+def grade_json(grade: AnswerGrade | None) -> dict[str, Any] | None:
+    """A grade as the history keeps it (None for no grade)."""
+    if grade is None:
+        return None
+    return {"items": list(grade.items), "adjust": grade.adjust, "comment": grade.comment, "points": grade.points}
+
+
+def version_arg(name: str, value: Any) -> int:
+    """A version (the id of a decision, 0 for none), or a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a version (an integer >= 0, 0 when nothing was stored), got {value!r}")
+    return value
+
+
+def item_id(name: str, value: Any) -> int:
+    """A rubric item's id, or a ValueError naming ``name`` when it is not an integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a rubric item's id (an integer), got {value!r}")
+    return value
+
 
 def answer_target(question: str, student: str) -> str:
     """The history's target of one student's answer: ``question/student``."""
     return f"{question}/{student}"
 
 
-def pair_target(a: str, b: str) -> str:
-    """The history's target of a look-alike pair: ``a ~ b``, the two sorted."""
+def pair_key(a: str, b: str) -> tuple[str, str]:
+    """A look-alike pair as the store keeps it: the two students sorted, or the student then
+    :data:`.lookalike.REFERENCE` (as :mod:`.lookalike` pairs them)."""
+    if a == REFERENCE or b == REFERENCE:
+        return (b, a) if a == REFERENCE else (a, b)
     first, second = sorted((a, b))
+    return first, second
+
+
+def pair_target(a: str, b: str) -> str:
+    """The history's target of a look-alike pair: ``a ~ b``, in :func:`pair_key`'s order."""
+    first, second = pair_key(a, b)
     return f"{first} ~ {second}"
 
 

@@ -163,6 +163,8 @@ _QUESTION = "**Think about it.**"
 _PLACEHOLDER = "*Your answer here.*"
 #: The link after each question, ``[the book's answer](../book/02_x.md#ch02-nb-label)``: its label is the id.
 _ANSWER_LINK = re.compile(r"\[the book's answer\]\([^)\s]*#(ch\d+-nb-[A-Za-z0-9_-]+)\)")
+#: The heading of a cell of numbered questions (``### Think about it``), the other form of questions.
+_HEADING = re.compile(r"^#{1,6}[ \t]+Think about it\b[^\n]*(?:\n|$)", re.MULTILINE)
 _SOLUTION_MARKER = re.compile(r"<!--\s*(?:BEGIN|END) SOLUTION\s*-->")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -235,18 +237,41 @@ class _Think(NamedTuple):
     parts: list[tuple[str, int]]  # the answer's pieces of text and the index of the cell each is in
 
 
+def _cell_questions(text: str) -> list[tuple[str, str]]:
+    """A Markdown cell's questions: ``(marker, part)``, each part holding its question, answer and link.
+
+    Two forms: paragraphs that start ``**Think about it.**`` (the marker), or a heading
+    ``### Think about it`` followed by numbered questions, each with its placeholder and link (no
+    marker; a part then ends at its link's line, the last one at the end of the cell).
+    """
+    if _QUESTION in text:
+        return [(_QUESTION, part) for part in text.split(_QUESTION)[1:]]
+    heading = _HEADING.search(text)
+    if heading is None:
+        return []
+    body, parts, start = text[heading.end() :], [], 0
+    for link in _ANSWER_LINK.finditer(body):
+        end = body.find("\n", link.end())
+        end = len(body) if end < 0 else end
+        parts.append(("", body[start:end]))
+        start = end
+    return [*parts[:-1], ("", parts[-1][1] + body[start:])] if parts else []
+
+
+def _asks(text: str) -> bool:
+    return _QUESTION in text or _HEADING.search(text) is not None
+
+
 def _think_questions(cells: list[_Markdown | None]) -> list[_Think]:
     """The questions of a notebook's cells and their answers' text (see :func:`think_answers`)."""
     out: list[_Think] = []
     for i, cell in enumerate(cells):
-        if cell is None or _QUESTION not in cell.text:
-            continue
-        parts = cell.text.split(_QUESTION)[1:]
-        for j, part in enumerate(parts):
+        parts = _cell_questions(cell.text) if cell is not None else []
+        for j, (marker, part) in enumerate(parts):
             link = _ANSWER_LINK.search(part)
             if link is None:
                 continue
-            head = part[: part.rfind("\n", 0, link.start()) + 1]  # up to the link's line
+            head = part[: part.rfind("\n", 0, link.start()) + 1].lstrip("\r\n")  # up to the link's line
             question, *body = re.split(r"\n[ \t]*\n", head, maxsplit=1)
             texts = [(t, i) for t in body]  # the question's paragraph dropped
             if j == len(parts) - 1:
@@ -254,12 +279,12 @@ def _think_questions(cells: list[_Markdown | None]) -> list[_Think]:
                 texts += [(part[end:], i)] if end >= 0 else []
                 for k in range(i + 1, len(cells)):
                     follow = cells[k]
-                    if follow is None or _QUESTION in follow.text or follow.text.lstrip().startswith("#"):
+                    if follow is None or _asks(follow.text) or follow.text.lstrip().startswith("#"):
                         break
                     texts.append((follow.text, k))
                     if sum(len(t) for t, _ in texts) > MAX_ANSWER_CHARS:
                         break
-            out.append(_Think(link.group(1), (_QUESTION + question).strip(), texts))
+            out.append(_Think(link.group(1), (marker + question).strip(), texts))
     return out
 
 
@@ -300,7 +325,7 @@ def think_answers(data: bytes) -> list[dict[str, Any]]:
     budget = Budget()
     out: list[dict[str, Any]] = []
     for q in _think_questions(cells):
-        answer = _answer_text("\n\n".join(t for t, _ in q.parts))
+        answer = _answer_text("\n\n".join(t.lstrip("\r\n").rstrip() for t, _ in q.parts if t.strip()))
         used = dict.fromkeys(k for _, k in q.parts)
         kept, too_large = budget.keep(answer, [c.attachments for k in used if (c := cells[k]) is not None])
         answer += "".join(f"\n\n(image too large: {name})" for name in too_large)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from .history import Adjustment
+from .manual_points import ManualPoints
 
 __all__ = ["Late", "Record", "RecordStatus", "STATUSES", "LEGACY_KEYS", "STAMP_KEYS"]
 
@@ -101,6 +102,9 @@ class Record:
         adjustment: the instructor's override or review resolution that counts, as the
             gradebook reads it back from the history (:mod:`.history`); never stored in the
             record's JSON.
+        manual: the points graders gave by hand to its answers (:mod:`.manual_points`), as
+            the gradebook reads them back; None when its assignment has no question graded
+            by hand. Never stored in the record's JSON.
     """
 
     assignment: str
@@ -120,6 +124,7 @@ class Record:
     late: Late | None = None
     absent: frozenset[str] = STAMP_KEYS
     adjustment: Adjustment | None = None
+    manual: ManualPoints | None = None
 
     @property
     def graded_score(self) -> float:
@@ -127,14 +132,33 @@ class Record:
         return self.raw_score if self.late is None else self.raw_score - self.late.points
 
     @property
+    def manual_score(self) -> float:
+        """The points given by hand, less the late penalty's share (0 without any)."""
+        if self.manual is None:
+            return 0.0
+        return self.manual.points * (1.0 if self.late is None else 1.0 - self.late.fraction)
+
+    @property
     def score(self) -> float:
-        """The score that counts: an instructor's adjustment's points, else :attr:`graded_score`."""
-        return self.graded_score if self.adjustment is None else self.adjustment.points
+        """The score that counts: 0 for a review rejected; else an instructor's adjustment's
+        points (else :attr:`graded_score`) plus the points given by hand (:attr:`manual_score`)."""
+        if self.adjustment is not None and self.adjustment.kind == "rejected":
+            return 0.0
+        checked = self.graded_score if self.adjustment is None else self.adjustment.points
+        return checked + self.manual_score
+
+    @property
+    def points_possible(self) -> float:
+        """The assignment's points: the checks' (:attr:`max_score`) and the questions graded by hand."""
+        return self.max_score + (0.0 if self.manual is None else self.manual.max_points)
 
     @property
     def all_flags(self) -> tuple[str, ...]:
-        """The grading's flags, then the adjustment's (``override: 30 points (reason)``)."""
-        return self.flags if self.adjustment is None else (*self.flags, self.adjustment.flag())
+        """The grading's flags, then the adjustment's (``override: 30 points (reason)``), then
+        ``manual grading pending: N`` while answers wait for a grader."""
+        flags = self.flags if self.adjustment is None else (*self.flags, self.adjustment.flag())
+        pending = 0 if self.manual is None else self.manual.pending
+        return (*flags, f"manual grading pending: {pending}") if pending else flags
 
     @property
     def stamped(self) -> bool:

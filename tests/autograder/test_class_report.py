@@ -277,6 +277,29 @@ HOSTILE_ID = '<script>alert("id")</script>'
 HOSTILE_TEXT = '</td></tr></table><img src=x onerror=alert(1)><script>alert("answer")</script>'
 
 
+def tiny_png() -> str:
+    """The base64 of a real 2 x 2 PNG (a browser draws it), as Jupyter stores a pasted image."""
+    import base64
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    pixels = zlib.compress(b"\0" + b"\xff\0\0" * 2 + b"\0" + b"\0\0\xff" * 2)
+    head = struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    return base64.b64encode(png).decode()
+
+
+#: An answer with inline and display math and a pasted image (bo's, to the saturation question).
+MATH_ANSWER = (
+    "Dividing by $\\sqrt{D}$ keeps the scores' variance at 1:\n\n"
+    "$$\\operatorname{softmax}\\left(\\frac{q^\\top k}{\\sqrt{D}}\\right)$$\n\n"
+    "![my plot](attachment:image.png)"
+)
+
+
 def split_functions(code: str) -> dict[str, str]:
     return function_sources([code], FUNCTIONS)
 
@@ -317,6 +340,17 @@ def record_of(reports: list, sources: dict[str, str] | None, answers: list[dict]
     return record if late is None else record.stamp(late.submitted, late)
 
 
+#: The same answer of m1, m2 and m3 (m3's in other case and spacing): one group, shown once.
+SAME = {"id": "ch02-nb-mask-shape", "answer": "It masks keys, the same for every query."}
+SAME_AGAIN = {"id": "ch02-nb-mask-shape", "answer": "it masks  keys, the same for every query"}
+#: Nearly the same answers of m4 and u1 (one word apart).
+NEAR = {"id": "ch02-nb-causal-permutation", "answer": "No: the causal mask ties each token to the tokens before it."}
+NEAR_TOO = {
+    "id": "ch02-nb-causal-permutation",
+    "answer": "No: the causal mask ties every token to the tokens before it.",
+}
+
+
 def _identity_softmax(x, dim=-1):
     return x
 
@@ -344,7 +378,18 @@ def gradebook(tmp_path_factory):
         "ada": record_of(
             correct, split_functions(LOOPS), [{"id": "ch02-nb-mean-shift", "answer": "The mean is not max."}]
         ),
-        "bo": record_of(correct, einsum, [mean_shift]),
+        "bo": record_of(
+            correct,
+            einsum,
+            [
+                mean_shift,
+                {
+                    "id": "ch02-nb-saturation",
+                    "answer": MATH_ANSWER,
+                    "attachments": {"image.png": {"image/png": tiny_png()}},
+                },
+            ],
+        ),
         "cy": record_of(correct, split_functions(MATMUL), [mean_shift]),
         "dee": record_of(
             correct,
@@ -363,11 +408,13 @@ def gradebook(tmp_path_factory):
                 {"id": "ch02-nb-saturation", "answer": HOSTILE_TEXT},
             ],
         ),
-        "m1": record_of([right["softmax"], wrong_sdpa, right["self_attention"]], dict(starter), []),
-        "m2": record_of([right["softmax"], wrong_sdpa, right["self_attention"]], {}, []),
-        "m3": record_of([wrong_softmax, wrong_sdpa, right["self_attention"]], {}, []),
-        "m4": record_of([wrong_softmax, right["scaled_dot_product_attention"], right["self_attention"]], {}, []),
-        "u1": record_of([unknown_softmax, right["scaled_dot_product_attention"], right["self_attention"]], {}, []),
+        "m1": record_of([right["softmax"], wrong_sdpa, right["self_attention"]], dict(starter), [SAME]),
+        "m2": record_of([right["softmax"], wrong_sdpa, right["self_attention"]], {}, [SAME]),
+        "m3": record_of([wrong_softmax, wrong_sdpa, right["self_attention"]], {}, [SAME_AGAIN]),
+        "m4": record_of([wrong_softmax, right["scaled_dot_product_attention"], right["self_attention"]], {}, [NEAR]),
+        "u1": record_of(
+            [unknown_softmax, right["scaled_dot_product_attention"], right["self_attention"]], {}, [NEAR_TOO]
+        ),
         "old": record_of(correct, None, None),
         "late": record_of(correct, {}, [], Late(2, 0.2, 6.8, "2026-11-25T12:00:00+00:00", DEADLINE, 0.1, 1.0)),
         "refused": refused_record(A, "the file is not valid JSON"),
@@ -635,6 +682,52 @@ def test_the_answers_of_every_student_are_listed_side_by_side(site):
     assert got == {"ada": "The mean is not max.", "dee": "Exponents can overflow.", HOSTILE_ID: HOSTILE_TEXT}
     assert questions["ch02-nb-mean-shift"]["unanswered"] == 2
     assert "Exponents can overflow." in (out / the(data)["page"]).read_text()
+
+
+def test_questions_and_answers_are_shown_rendered_with_math_as_mathml(site):
+    out, data = site
+    page = (out / the(data)["page"]).read_text(encoding="utf-8")
+    answers = page[page.index('<h2 id="answers">') :]
+    assert '<div class="question"><p><strong>Think about it.</strong> Without scaling' in answers
+    assert answers.count('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">') == 1  # bo's
+    assert "<msqrt>" in answers and "\\sqrt" not in answers and "$" not in answers
+    assert f'<img src="data:image/png;base64,{tiny_png()}" alt="my plot">' in answers
+    assert "img-src 'self' file: data:;" in page
+
+
+def test_data_json_keeps_the_questions_and_answers_as_plain_text(site):
+    out, _ = site
+    written = json.loads((out / "data.json").read_text(encoding="utf-8"))
+    questions = {q["id"]: q for q in the(written)["answers"]}
+    assert list(questions)[:4] == [
+        "ch02-nb-mean-shift",
+        "ch02-nb-saturation",
+        "ch02-nb-mask-shape",
+        "ch02-nb-causal-permutation",
+    ]
+    assert [q["number"] for q in list(questions.values())[:4]] == [1, 2, 3, 4]
+    saturation = questions["ch02-nb-saturation"]
+    assert saturation["question"].startswith("**Think about it.** Without scaling, the largest weight")
+    bo = next(x for x in saturation["answers"] if x["student"] == "bo")
+    assert bo == {"student": "bo", "answer": MATH_ANSWER, "images": ["image.png"]}
+    text = (out / "data.json").read_text(encoding="utf-8")
+    assert "<math" not in text and tiny_png() not in text
+
+
+def test_identical_and_near_identical_answers_are_grouped_and_shown_once(site):
+    out, data = site
+    questions = {q["id"]: q for q in the(data)["answers"]}
+    assert questions["ch02-nb-mask-shape"]["groups"] == [
+        {"students": ["m1", "m2", "m3"], "identical": True, "similarity": 1.0}
+    ]
+    (near,) = questions["ch02-nb-causal-permutation"]["groups"]
+    assert sorted(near["students"]) == ["m4", "u1"] and near["identical"] is False and 0.85 <= near["similarity"] < 1
+    assert questions["ch02-nb-mean-shift"]["groups"] == []  # three different answers
+    page = (out / the(data)["page"]).read_text(encoding="utf-8")
+    assert "<b>3 students gave the same answer</b>: m1, m2, m3" in page
+    assert page.count("the same for every query") == 1  # shown once, for the group
+    assert "<b>2 students gave nearly the same answer</b> (at least" in page
+    assert "ties each token" in page and "ties every token" in page  # each near-identical answer kept
 
 
 # -- the command ------------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 The report of the generated class of ``test_class_report.py`` is written to a folder and opened from
 ``file://``, in the reader's light and in the dark colour scheme: every page (the index and each
 assignment) loads with no console error, no failed request, no request outside ``file://``,
-every image loaded (``naturalWidth > 0``), and the page's colours follow the scheme. Full-page
-screenshots go to ``artifacts/screenshots/report-*.png`` for a person to look at.
+every image loaded (``naturalWidth > 0``), and the page's colours follow the scheme. The math of
+the questions and answers is drawn from the MathML written into the page (``math`` elements with
+a size, no literal ``$``), with no script. Full-page screenshots go to
+``artifacts/screenshots/report-*.png`` for a person to look at.
 """
 
 from __future__ import annotations
@@ -49,6 +51,15 @@ def test_every_page_opens_offline_without_errors_and_with_its_figures(site, brow
         page.screenshot(path=str(SHOTS / f"report-{name.removesuffix('.html')}-{mode}.png"), full_page=True)
         images = page.evaluate("() => Array.from(document.images).map(i => [i.src, i.naturalWidth])")
         scripts = page.evaluate("() => document.scripts.length")
+        answers = page.evaluate(
+            """() => { const h = document.getElementById('answers'); if (!h) return null;
+                let text = '', maths = [], n = h.nextElementSibling;
+                for (; n; n = n.nextElementSibling) {
+                  text += n.innerText;
+                  for (const m of n.querySelectorAll('math')) {
+                    const r = m.getBoundingClientRect(); maths.push([r.width, r.height]); } }
+                return {text, maths}; }"""
+        )
         backgrounds.add(page.evaluate("() => getComputedStyle(document.body).backgroundColor"))
         context.close()
         assert not errors, f"console errors on {name} ({mode}): {errors}"
@@ -57,5 +68,9 @@ def test_every_page_opens_offline_without_errors_and_with_its_figures(site, brow
         assert scripts == 0, f"{name} has {scripts} script element(s)"
         if name != "index.html":
             assert images, f"{name} shows no figure"
+            assert any(src.startswith("data:image/png;base64,") for src, _ in images), f"no pasted image on {name}"
+            assert answers["maths"], f"no math element in the answers of {name}"
+            assert all(w > 0 and h > 0 for w, h in answers["maths"]), f"math not drawn on {name}: {answers['maths']}"
+            assert "$" not in answers["text"], f"a literal $ in the answers of {name}"
     dark = mode == "dark"
     assert backgrounds == {"rgb(22, 24, 28)" if dark else "rgb(255, 255, 255)"}, backgrounds

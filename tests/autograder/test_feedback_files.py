@@ -209,3 +209,60 @@ def test_an_unknown_filter_is_an_error_naming_it_and_the_known_ones_and_writes_n
     assert not out.exists()
     with pytest.raises(FeedbackFilterError, match=value):
         write_feedback(book, out, "html", **{flag.removeprefix("--") + "s": [value]})
+
+
+Q = "ch02-nb-mean-shift"
+COMMENT = "**good**, see `softmax`\n\n<script>alert(1)</script> [x](javascript:alert(1)) ![i](http://evil/i.png)"
+
+
+@pytest.fixture
+def by_hand(tmp_path: Path) -> Path:
+    """ann's A (6 points by the checks): Q graded 3 / 4 with a rubric item and a hostile comment,
+    q2 answered and pending, q3 blank."""
+    db = tmp_path / "h.sqlite"
+    answers = ({"id": Q, "answer": "x"}, {"id": "q2", "answer": "y"}, {"id": "q3", "answer": ""})
+    rec = replace(refused_record(A, "x"), status="graded", raw_score=6.0, messages=(), answers=answers)
+    with Gradebook(db) as gb:
+        gb.save("ann", rec, "c", 1.0)
+        setup = gb.manual.set_question(
+            A, Q, max_points=4, rubric=[(None, "uses `masked_fill`", 3)], by="lee", expected=0
+        )
+        for question in ("q2", "q3"):
+            gb.manual.set_question(A, question, max_points=2, rubric=[], by="lee", expected=0)
+        item = setup.rubric[0].id
+        gb.manual.grade(A, Q, ["ann"], items=[item], adjust=0, comment=COMMENT, by="lee", expected={"ann": 0})
+    return db
+
+
+def test_the_html_shows_each_question_graded_by_hand_with_items_and_the_comment_as_safe_markdown(by_hand, tmp_path):
+    page = _write(by_hand, tmp_path, "html")
+    assert f"{A}: 9 / 42 points" in page  # 6 + 3 of 34 + 4 + 2 + 2
+    _in_order(
+        page, "Questions graded by hand", Q, "3 / 4", "<li>uses <code>masked_fill</code></li>", "<strong>good</strong>"
+    )
+    assert "<code>softmax</code>" in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page and "[x](javascript:alert(1))" in page  # the link shown as text
+    assert "href=" not in page and "src=" not in page and "[x](javascript:alert(1)) i</p>" in page  # the image: its alt
+    assert (
+        "<strong>q2</strong>: being graded by hand (of 2)" in page
+        and "<strong>q3</strong>: 0 / 2 (not answered)" in page
+    )
+
+
+def test_the_html_comment_is_escaped_text_with_code_spans_without_markdown_it(by_hand, tmp_path, monkeypatch):
+    from course_lib.autograder import manual_feedback
+
+    monkeypatch.setattr(manual_feedback, "_renderer", lambda: None)
+    page = _write(by_hand, tmp_path, "html")
+    assert "<p>**good**, see <code>softmax</code></p>" in page and "&lt;script&gt;" in page and "<script" not in page
+
+
+def test_the_markdown_lists_questions_graded_by_hand_with_raw_html_as_text(by_hand, tmp_path):
+    text = _write(by_hand, tmp_path, "md")
+    manual = text.split("### Questions graded by hand", 1)[1]
+    tokens = _tokens(manual)
+    assert not [t for t in tokens if t.type in ("html_inline", "html_block")]
+    rendered = MarkdownIt("commonmark").render(manual)
+    assert f"<strong>{Q}</strong>: 3 / 4" in rendered and "<li>uses <code>masked_fill</code></li>" in rendered
+    assert "<blockquote>\n<p><strong>good</strong>, see <code>softmax</code></p>" in rendered
+    assert "being graded by hand (of 2)" in rendered and "0 / 2 (not answered)" in rendered

@@ -235,3 +235,28 @@ def test_a_resolution_based_on_a_stale_event_conflicts_naming_who_acted_and_save
         assert [e.kind for e in book.history("eve", A)] == ["graded", "accepted"]
         now = book.last_event("eve", A)
     assert override(db, "eve", A, 5, "regrade", "kim", expected=now).score == 5
+
+
+def test_history_lists_the_graders_decisions_about_the_students_answers_with_the_events(tmp_path, capsys):
+    path = tmp_path / "h.sqlite"
+    q = "ch02-nb-mean-shift"
+    with Gradebook(path) as book:
+        book.save("ann", replace(graded(A, 19), answers=({"id": q, "answer": "x"},)), "c", 1.0, by="grader")
+        book.save("bob", graded(A, 10), "c", 1.0, by="grader")
+        book.manual.set_question(A, q, max_points=4, rubric=[], by="lee", expected=0)
+        book.manual.grade(
+            A, q, ["ann"], items=[], adjust=3, comment="nice", by="lee", expected={"ann": 0}, reason="first pass"
+        )
+        book.manual.decide_pair(A, "ann", "bob", verdict="dismissed", note="common idiom", by="kim", expected=0)
+    out = history(path, capsys, "ann")
+    lines = out.splitlines()
+    assert lines[0] == f"ann / {A}: 22 / 38 counts"
+    assert "graded" in lines[1] and "by grader" in lines[1]
+    assert f'manual grade     {q}/ann  3 points given by hand, comment "nice"  by lee: first pass' in lines[2]
+    assert "manual pair      ann ~ bob  dismissed  by kim: common idiom" in lines[3] and len(lines) == 4
+    with Gradebook(path) as book:
+        book.manual.set_question(A, "q2", max_points=2, rubric=[], by="lee", expected=0)  # ann did not answer it
+        book.manual.clear_grade(A, q, "ann", by="kim", expected=book.manual.grades(A, q)["ann"].version)
+    lines = history(path, capsys, "ann").splitlines()
+    assert lines[0] == f"ann / {A}: 19 / 40 counts; manual grading pending: 1"
+    assert f"manual clear     {q}/ann  grade removed  by kim" in lines[-1]

@@ -425,3 +425,79 @@ def test_scale_rescales_to_canvas_points_possible_and_without_it_a_difference_is
     assert f"warning: {A} has 34 points, Canvas's '02 Self Attention (4242)' 10" in capsys.readouterr().err
     assert main(["export", "--db", str(book), "--format", "wide", "--out", str(out), "--scale"]) == 2
     assert "--map, --missing and --scale go with --format canvas" in capsys.readouterr().err
+
+
+Q = "ch02-nb-mean-shift"
+
+
+@pytest.fixture
+def by_hand(tmp_path: Path) -> Path:
+    """A with Q (4 points by hand, one rubric item of 3) and q2 (2 points): ann 30 by the
+    checks, Q graded 3 with a comment, q2 answered and pending; carl 34, Q graded 4, q2 blank."""
+    db = tmp_path / "h.sqlite"
+    with Gradebook(db) as gb:
+        ann = replace(graded(A, 30), answers=({"id": Q, "answer": "x"}, {"id": "q2", "answer": "y"}))
+        gb.save("ann", ann, "c", 1.0)
+        gb.save("carl", replace(graded(A, 34), answers=({"id": Q, "answer": "z"},)), "c", 1.0)
+        setup = gb.manual.set_question(A, Q, max_points=4, rubric=[(None, "names the shift", 3)], by="lee", expected=0)
+        gb.manual.set_question(A, "q2", max_points=2, rubric=[], by="lee", expected=0)
+        item = setup.rubric[0].id
+        gb.manual.grade(A, Q, ["ann"], items=[item], adjust=0, comment="**good**", by="lee", expected={"ann": 0})
+        gb.manual.grade(A, Q, ["carl"], items=[item], adjust=1, comment="", by="lee", expected={"carl": 0})
+    return db
+
+
+def test_the_csv_and_wide_table_add_manual_points_to_the_score_and_the_maximum(by_hand, tmp_path):
+    export_csv(by_hand, tmp_path / "all.csv")
+    with open(tmp_path / "all.csv", newline="", encoding="utf-8") as f:
+        table = {r["student"]: r for r in csv.DictReader(f)}
+    ann, carl = table["ann"], table["carl"]
+    assert (ann["score"], ann["max_score"], ann["raw_score"], ann["manual"], ann["manual_pending"]) == (
+        "33",
+        "40",
+        "30",
+        "3",
+        "1",
+    )
+    assert ann["flags"] == "manual grading pending: 1"
+    assert (carl["score"], carl["max_score"], carl["manual"], carl["manual_pending"], carl["flags"]) == (
+        "38",
+        "40",
+        "4",
+        "0",
+        "",
+    )
+    out = tmp_path / "wide.csv"
+    assert main(["export", "--db", str(by_hand), "--format", "wide", "--out", str(out)]) == 0
+    assert rows(out) == [["student", f"{A} (max 40)"], ["ann", "33"], ["carl", "38"]]
+
+
+def test_canvas_scale_rescales_from_the_points_possible_with_manual_points(by_hand, tmp_path):
+    roster = tmp_path / "roster.csv"
+    roster.write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section,02 Self Attention (4242)\n"
+        "    Points Possible,,,,,10\nAnn,101,S101,ann,A,\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "canvas.csv"
+    args = ["export", "--db", str(by_hand), "--format", "canvas", "--roster", str(roster), "--out", str(out)]
+    assert main([*args, "--scale"]) == 0
+    assert rows(out)[2][5:] == ["8.25"]  # 33 * 10 / 40
+
+
+def test_gradescope_results_have_a_test_per_question_graded_by_hand_with_its_comment(by_hand, tmp_path):
+    assert export_gradescope(by_hand, tmp_path / "gs") == 2
+    ann = json.loads((tmp_path / "gs" / file_stem("ann") / A / "results.json").read_text(encoding="utf-8"))
+    assert ann["score"] == 33
+    by_hand_tests = [t for t in ann["tests"] if "graded by hand" in t["name"]]
+    assert [(t["name"], t["score"], t["max_score"], t["status"]) for t in by_hand_tests] == [
+        (f"{Q} (graded by hand)", 3.0, 4.0, "failed")
+    ]
+    assert by_hand_tests[0]["output"] == "3 / 4\n- names the shift\n**good**"
+    assert "Being graded by hand: 1 question(s)" in ann["output"]
+    carl = json.loads((tmp_path / "gs" / file_stem("carl") / A / "results.json").read_text(encoding="utf-8"))
+    assert [(t["score"], t["status"]) for t in carl["tests"] if "graded by hand" in t["name"]] == [
+        (4.0, "passed"),
+        (0.0, "failed"),
+    ]
+    assert "Being graded by hand" not in carl["output"]

@@ -19,7 +19,7 @@ from course_lib.autograder.autograde import refused_record, sha256
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.lookalike import REFERENCE
 from course_lib.autograder.manual import Conflict, answer_target, pair_target
-from course_lib.autograder.record import Record
+from course_lib.autograder.record import Late, Record
 
 A = "02_self_attention"
 Q = "ch02-nb-mean-shift"
@@ -167,7 +167,7 @@ def test_pairs_are_stored_sorted_and_may_name_the_reference(db):
         decided = book.manual.decide_pair(
             A, "eve", REFERENCE, verdict="confirmed", note="the solution", by="lee", expected=0
         )
-        assert (decided.a, decided.b) == tuple(sorted(("eve", REFERENCE)))
+        assert (decided.a, decided.b) == ("eve", REFERENCE)  # the reference second, as lookalike pairs it
         again = book.manual.decide_pair(
             A, "eve", REFERENCE, verdict="dismissed", note="", by="lee", expected=decided.version
         )
@@ -233,6 +233,10 @@ def test_the_history_lists_every_change_with_before_and_after(db):
         (lambda m: m.decide_pair(A, "ann", "bob", verdict="confirmed", note=" ", by="lee", expected=0), "note: confirming a pair needs a note"),
         (lambda m: m.decide_pair(A, "ann", "ann", verdict="dismissed", note="", by="lee", expected=0), "b: a pair is two different students"),
         (lambda m: m.set_split(A, Q, "zoe", True, by="lee"), "student: no record of"),
+        (lambda m: m.set_question(A, Q, max_points=1, rubric=[("1 OR 1=1", "x", 1)], by="lee", expected=1), r"rubric\[0\] id must be a rubric item's id \(an integer\), got '1 OR 1=1'"),
+        (lambda m: m.grade(A, Q, ["ann"], items=["1"], adjust=0, comment="", by="lee", expected={"ann": 0}), "items must be a rubric item's id"),
+        (lambda m: m.grade(A, Q, ["ann"], items=[], adjust=0, comment="", by="lee", expected={"ann": "0"}), r"expected\['ann'\] must be a version \(an integer >= 0"),
+        (lambda m: m.decide_pair(A, "ann", "bob", verdict="dismissed", note="", by="lee", expected=-1), "expected must be a version"),
     ],
 )  # fmt: skip
 def test_bad_input_is_refused_naming_the_argument_and_nothing_is_saved(db, change, message):
@@ -268,3 +272,70 @@ def test_a_gradebook_of_the_previous_version_is_migrated_with_every_result_and_e
     with Gradebook(path) as book:
         book.manual.set_question(A, Q, max_points=2, rubric=[], by="lee", expected=0)
         assert book.manual.setup(A, Q).max_points == 2
+
+
+def answered(*questions: str, blank: tuple[str, ...] = ()) -> tuple[dict, ...]:
+    """A record's answers: a text for each of ``questions``, whitespace for each of ``blank``."""
+    return tuple({"id": q, "answer": f"my answer to {q}"} for q in questions) + tuple(
+        {"id": q, "answer": " \n"} for q in blank
+    )
+
+
+@pytest.fixture
+def handgraded(tmp_path: Path) -> Path:
+    """Q (4 points) and Q2 (2 points) of A graded by hand; ann answered both, bob only Q (Q2
+    blank), eve neither; ann's Q graded 3, bob's Q graded 4."""
+    path = tmp_path / "h.sqlite"
+    with Gradebook(path) as book:
+        book.save("ann", graded(A, 10, answered(Q, "q2")), "c", 1.0, by="grader")
+        book.save("bob", graded(A, 20, answered(Q, blank=("q2",))), "c", 1.0, by="grader")
+        book.save("eve", graded(A, 5), "c", 1.0, by="grader")
+        store = book.manual
+        store.set_question(A, Q, max_points=4, rubric=[(None, "names the shift", 3)], by="lee", expected=0)
+        store.set_question(A, "q2", max_points=2, rubric=[], by="lee", expected=0)
+        store.set_question(A, "q3", max_points=0, rubric=[], by="lee", expected=0)  # not graded by hand
+        (item,) = items(book)
+        store.grade(A, Q, ["ann"], items=[item], adjust=0, comment="good", by="lee", expected={"ann": 0})
+        store.grade(A, Q, ["bob"], items=[item], adjust=1, comment="", by="kim", expected={"bob": 0})
+    return path
+
+
+def test_records_carry_graded_pending_and_unanswered_questions(handgraded):
+    with Gradebook(handgraded) as book:
+        records = dict(book.rows())
+        assert records["ann"] == book.record("ann", A)
+    ann, bob, eve = (records[s].manual for s in ("ann", "bob", "eve"))
+    assert ann is not None and bob is not None and eve is not None
+    assert [(q.question, q.points, q.max_points) for q in ann.questions] == [(Q, 3.0, 4.0), ("q2", None, 2.0)]
+    assert (ann.questions[0].items, ann.questions[0].comment, ann.questions[0].by) == (
+        ("names the shift",),
+        "good",
+        "lee",
+    )
+    assert (ann.points, ann.max_points, ann.pending) == (3.0, 6.0, 1)
+    assert [(q.points, q.answered) for q in bob.questions] == [(4.0, True), (0.0, False)]
+    assert [(q.points, q.answered, q.line()) for q in eve.questions] == [
+        (0.0, False, "0 / 4 (not answered)"),
+        (0.0, False, "0 / 2 (not answered)"),
+    ]
+    assert (records["ann"].score, records["ann"].points_possible) == (13.0, 40.0)
+    assert records["ann"].all_flags == ("manual grading pending: 1",) and records["bob"].all_flags == ()
+
+
+def test_an_assignment_without_questions_graded_by_hand_has_no_manual_points(handgraded):
+    with Gradebook(handgraded) as book:
+        book.save("ann", graded("05_layer_norm", 7, answered(Q)), "c", 1.0, by="grader")
+        rec = book.record("ann", "05_layer_norm")
+    assert rec is not None and rec.manual is None and (rec.score, rec.points_possible) == (7.0, rec.max_score)
+
+
+def test_the_late_penalty_takes_the_same_share_of_manual_points_and_a_rejected_review_counts_zero(handgraded):
+    with Gradebook(handgraded) as book:
+        rec = book.record("bob", A)
+        assert rec is not None
+        late = replace(rec, late=Late(2, 0.25, 5.0, "2026-11-25T10:00:00Z", "2026-11-23T23:59:00Z", 0.125, 0.5))
+        assert late.score == 20 - 5 + 4 * 0.75
+        book.adjust("bob", rec, "override", 30.0, "regrade request", "lee")
+        assert book.record("bob", A).score == 30 + 4  # type: ignore[union-attr]
+        book.adjust("bob", rec, "rejected", 0.0, "tampered", "lee")
+        assert book.record("bob", A).score == 0  # type: ignore[union-attr]

@@ -28,12 +28,14 @@ ANSWERS = {
 }
 
 
-def class_gradebook(db: Path, answers: dict[str, str] = ANSWERS) -> Path:
-    """One record of assignment A per student, each with its answer to question Q."""
+def class_gradebook(db: Path, answers: dict[str, str] = ANSWERS, attachments: dict | None = None) -> Path:
+    """One record of assignment A per student, each with its answer to question Q (and the
+    attachments, ``{name: {mime: base64}}``, given to every answer)."""
     rec = replace(refused_record(A, "x"), status="graded", raw_score=6.0, messages=())
     with Gradebook(db) as book:
         for student, text in answers.items():
-            book.save(student, replace(rec, answers=({"id": Q, "answer": text},), absent=frozenset()), "c", 1.0)
+            entry = {"id": Q, "answer": text} | ({"attachments": attachments} if attachments else {})
+            book.save(student, replace(rec, answers=(entry,), absent=frozenset()), "c", 1.0)
     return db
 
 

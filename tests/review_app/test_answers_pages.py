@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -9,6 +10,8 @@ import pytest
 from review_fixtures import HOSTILE, TOKEN, A, Q, class_gradebook, csrf, login, make_app, set_rubric
 
 from course_lib.autograder.gradebook import Gradebook
+from course_lib.autograder.review_app import answers as answers_module
+from course_lib.autograder.review_app import create_app, question_view
 
 PAGE = f"/a/{A}/q/{Q}"
 
@@ -33,22 +36,26 @@ def client(app):
 def _groups(html: str) -> list[list[str]]:
     """The members of each group on a question's page, in page order."""
     sections = html.split('<section class="group"')[1:]
-    return [re.findall(r'name="student" value="([^"]+)"', s) for s in sections]
+    return [re.findall(r'<li data-student="([^"]+)"', s) for s in sections]
 
 
 def _expected(html: str, student: str) -> str:
     """The hidden ``expected`` value of the group form that holds ``student``."""
     for section in html.split('<section class="group"')[1:]:
-        if f'name="student" value="{student}"' in section:
+        if f'<li data-student="{student}"' in section:
             return json.loads(re.search(r'name="expected" value="([^"]+)"', section)[1].replace("&#34;", '"'))
     raise AssertionError(student)
+
+
+def _index_row(html: str) -> list[str]:
+    """The cells of question Q's line on the index."""
+    return re.findall(r"<td>([^<]*)</td>", html[html.index(f"{Q}</a>") :].split("</tr>")[0])
 
 
 def test_the_index_lists_each_question_with_answered_groups_graded_and_links(client, db):
     set_rubric(db)
     html = client.get("/").get_data(as_text=True)
-    row = html[html.index(f"{Q}</a>") :].split("</tr>")[0]
-    assert re.findall(r"<td>([^<]*)</td>", row) == ["5", "3", "0 of 5", "2"]
+    assert _index_row(html) == ["5", "3", "0 of 5", "2"]
     assert f'href="/a/{A}/held"' in html and f'href="/a/{A}/pairs"' in html
     assert "ch02-nb-saturation" in html  # asked by the release, answered by nobody
 
@@ -208,3 +215,32 @@ def test_student_ids_and_answers_with_markup_are_shown_as_text(tmp_path):
     login(client)
     html = client.get(PAGE).get_data(as_text=True) + client.get("/").get_data(as_text=True)
     assert "<script>" not in html and "<img src=x" not in html
+
+
+def test_an_image_pasted_into_an_answer_is_shown_from_its_attachment(tmp_path):
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
+    answers = {"ann": "See ![plot](attachment:plot.png) and ![remote](https://example.com/x.png)"}
+    client = make_app(class_gradebook(tmp_path / "g.sqlite", answers, {"plot.png": {"image/png": png}})).test_client()
+    login(client)
+    html = client.get(PAGE).get_data(as_text=True)
+    assert f'src="data:image/png;base64,{png}"' in html
+    assert 'src="https://example.com' not in html  # a remote image is shown as its alt text only
+
+
+def test_without_the_exercise_notebooks_the_pages_still_open_and_say_why_there_is_no_text(tmp_path):
+    db = class_gradebook(tmp_path / "g.sqlite")
+    app = create_app(db, exercises=tmp_path / "none", solutions=tmp_path / "none", token=TOKEN, grader="prof")
+    client = app.test_client()
+    login(client)
+    assert f"{Q}</a>" in client.get("/").get_data(as_text=True)
+    html = client.get(PAGE).get_data(as_text=True)
+    assert "No question text: exercises: no exercise notebook" in html and _groups(html)[0] == ["ann", "bob", "cat"]
+
+
+def test_past_its_time_budget_the_index_counts_only_the_groups_already_made(client, monkeypatch):
+    monkeypatch.setattr(answers_module, "INDEX_GROUPING_SECONDS", -1.0)
+    question_view._CACHE.clear()
+    row = _index_row(client.get("/").get_data(as_text=True))
+    assert row == ["5", "not counted yet", "0 of 5", "not graded by hand"]
+    client.get(PAGE)  # the question's page groups its answers
+    assert _index_row(client.get("/").get_data(as_text=True))[1] == "3"

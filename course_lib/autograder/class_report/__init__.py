@@ -29,8 +29,10 @@ look-alike submissions and the "think about it" answers. Written as a static sit
     ``decision``: a grader's decision in ``course-lib review``, ``verdict`` (``confirmed`` or
     ``dismissed``), ``note``, ``by``, ``at``, or null when undecided: see :mod:`.decisions`),
     ``confirmed_pairs``, ``dismissed_pairs``;
-  - ``answers``: per question, ``id``, ``answered``, ``unanswered``, ``answers`` (``student``,
-    ``answer``).
+  - ``answers``: per question of the exercise notebook (then any other id the records hold),
+    ``id``, ``number``, ``question`` (its Markdown), ``answered``, ``unanswered``, ``answers``
+    (``student``, ``answer`` as the student wrote it, ``images``: the names of its pasted images,
+    which are on the page but not in ``data.json``): see :mod:`.answers`.
 
 - ``item_flags``: what each item flag means.
 
@@ -46,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .answers import answers_by_question
+from ..answer_text import Question, QuestionsError, questions
+from .answers import Images, answer_images, answers_by_question
 from .data import ReportError, functions_of, load, mistakes, page_name, score_summary
 from .decisions import pair_decisions, with_decisions
 from .items import FLAGS, item_statistics
@@ -72,6 +75,7 @@ def build_data(
     solutions: str | Path = "solutions",
     threshold: float | None = None,
     seconds: dict[str, float] | None = None,
+    images: dict[str, Images] | None = None,
 ) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, str]]]]:
     """The report's numbers from the gradebook ``db``.
 
@@ -81,13 +85,15 @@ def build_data(
         solutions: folder of the solution notebooks.
         threshold: the smallest look-alike similarity reported (None: the search's default).
         seconds: filled with the seconds of each stage (``load``, ``statistics``, ``look-alikes``).
+        images: filled with, per assignment, student -> question id -> the answer's pasted
+            images (``{name: {mime: base64}}``), for the pages (not part of ``data.json``).
 
     Returns:
         ``(data, sources)``: the ``data.json`` content and, per assignment, student -> function
         -> source (for the side-by-side views; not part of ``data.json``).
 
     Raises:
-        ReportError: no gradebook at ``db``, or a notebook the look-alike search needs is missing.
+        ReportError: no gradebook at ``db``, or a notebook the look-alike search or the questions need is missing.
     """
     if threshold is not None and not (isinstance(threshold, int | float) and 0.0 <= threshold <= 1.0):
         raise ReportError(f"--threshold: expected a number between 0 and 1, got {threshold!r}")
@@ -118,17 +124,26 @@ def build_data(
             "scores": score_summary(rows),
             "mistakes": mistakes(rows, functions),
             "items": item_statistics(rows, functions),
-            "answers": answers_by_question(rows),
         }
         t1 = time.perf_counter()
         seconds["statistics"] += t1 - t0
         pairs, summary = assignment_lookalikes(rows, name, functions, exercises, solutions, threshold)
         with_decisions(pairs, summary, decided[name])
+        entry["answers"] = answers_by_question(rows, _questions(exercises, name))
+        if images is not None:
+            images[name] = answer_images(rows)
         entry["lookalikes"] = {**summary, "pairs": pairs}
         all_sources[name] = student_sources(rows)
         seconds["look-alikes"] += time.perf_counter() - t1
         data["assignments"].append(entry)
     return data, all_sources
+
+
+def _questions(exercises: str | Path, assignment: str) -> dict[str, Question]:
+    try:
+        return questions(exercises, assignment)
+    except QuestionsError as err:
+        raise ReportError(f"--exercises: {err}") from None
 
 
 def write_report(
@@ -163,8 +178,9 @@ def write_report(
     if fmt == "html" and out is None:
         raise ReportError("--out: the html format needs a folder for the site")
     result = ReportResult(data={})
+    images: dict[str, Images] = {}
     data, sources = build_data(
-        db, exercises=exercises, solutions=solutions, threshold=threshold, seconds=result.seconds
+        db, exercises=exercises, solutions=solutions, threshold=threshold, seconds=result.seconds, images=images
     )
     result.data = data
     if fmt == "md":
@@ -185,7 +201,8 @@ def write_report(
     result.seconds["figures"] = t1 - t0
     for a in data["assignments"]:
         path = folder / a["page"]
-        path.write_text(assignment_page(a, sources[a["assignment"]], FLAGS), encoding="utf-8")
+        page = assignment_page(a, sources[a["assignment"]], FLAGS, images[a["assignment"]])
+        path.write_text(page, encoding="utf-8")
         result.files.append(path)
     (folder / "index.html").write_text(index_page(data), encoding="utf-8")
     text = json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False)

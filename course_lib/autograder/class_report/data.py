@@ -95,14 +95,14 @@ def score_summary(rows: list[Row]) -> dict[str, Any]:
     counts (every status of :data:`~course_lib.autograder.record.STATUSES`), late records and
     a histogram (``edges``, ``counts``). Mean and median are None with no records."""
     scores = [float(r.score) for _, r in rows]
-    max_score = max((float(r.max_score) for _, r in rows), default=0.0)
+    max_score = max((float(r.points_possible) for _, r in rows), default=0.0)
     statuses = Counter(str(r.status) for _, r in rows)
     return {
         "records": len(rows),
         "max_score": max_score,
         "mean": statistics.fmean(scores) if scores else None,
         "median": statistics.median(scores) if scores else None,
-        "full_marks": sum(1 for _, r in rows if r.max_score > 0 and r.score >= r.max_score),
+        "full_marks": sum(1 for _, r in rows if r.points_possible > 0 and r.score >= r.points_possible),
         "zero": sum(1 for s in scores if s == 0),
         "statuses": {s: statuses.get(s, 0) for s in STATUSES}
         | {s: n for s, n in statuses.items() if s not in STATUSES},

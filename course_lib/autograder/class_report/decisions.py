@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..gradebook import Gradebook
-from ..manual import PairDecision
+from ..manual import PairDecision, pair_key
 
 __all__ = ["PairDecisionData", "decision_data", "pair_decisions", "with_decisions"]
 
-#: Decided pairs by assignment, then by (a, b) sorted.
+#: Decided pairs by assignment, then by :func:`~course_lib.autograder.manual.pair_key`.
 Decided = dict[str, dict[tuple[str, str], PairDecision]]
 
 
@@ -47,7 +47,7 @@ def pair_decisions(db: str | Path, assignments: Iterable[str]) -> Decided:
         assignments: the assignments to read.
 
     Returns:
-        Assignment -> (a, b) sorted -> the decision.
+        Assignment -> :func:`~course_lib.autograder.manual.pair_key` -> the decision.
     """
     with Gradebook(db) as book:
         return {a: book.manual.pairs(a) for a in assignments}
@@ -60,8 +60,7 @@ def with_decisions(
     ``confirmed_pairs`` and ``dismissed_pairs``, in place."""
     counts = {"confirmed": 0, "dismissed": 0}
     for pair in pairs:
-        a, b = sorted((str(pair["a"]), str(pair["b"])))
-        data = decision_data(decided.get((a, b)))
+        data = decision_data(decided.get(pair_key(str(pair["a"]), str(pair["b"]))))
         pair["decision"] = data
         if data is not None and data["verdict"] in counts:
             counts[data["verdict"]] += 1

@@ -2,8 +2,10 @@
 
 No script, no external request: a little inline CSS (light and dark, from the reader's
 ``prefers-color-scheme``) and a Content-Security-Policy that lets the pages load only their
-own figures. Every text that came from a submission (student ids, code, answers, feedback) is
-escaped with :func:`html.escape`; file names come from assignment names only.
+own figures and the images pasted into answers (``data:`` URIs). Every text that came from a
+submission (student ids, code, feedback) is escaped with :func:`html.escape`; the questions and
+answers are Markdown rendered by :func:`.answer_text.render_markdown` (raw HTML escaped, math
+written as MathML when the page is made); file names come from assignment names only.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from ..answer_text import render_markdown
 from ..code_view import numbered_code
+from .answers import Images
 
 __all__ = ["index_page", "assignment_page", "DETAILED_PAIRS", "LISTED_PAIRS"]
 
@@ -39,11 +43,15 @@ pre { margin: 0; overflow-x: auto; font: 12.5px/1.4 ui-monospace, monospace; bor
 pre span { display: block; padding: 0 .4rem; white-space: pre; } pre span.hl { background: var(--mark); }
 pre span i { color: var(--muted); font-style: normal; display: inline-block; width: 3em; user-select: none; }
 .side { display: grid; grid-template-columns: 1fr 1fr; gap: .75rem; margin: .5rem 0 1.5rem; }
-.side > div { min-width: 0; } .answer { white-space: pre-wrap; overflow-wrap: anywhere; }
+.side > div { min-width: 0; } .answer { overflow-wrap: anywhere; } .answer > :first-child { margin-top: 0; }
+.answer > :last-child { margin-bottom: 0; } .answer img { max-width: 100%; height: auto; }
+.answer pre, .question pre { padding: .3rem .4rem; white-space: pre-wrap; }
+.question { border-left: 3px solid var(--line); padding: 0 .75rem; margin: .5rem 0; }
+.image-not-loaded, .math-source { color: var(--muted); } math[display="block"] { margin: .4rem 0; }
 details summary { cursor: pointer; color: var(--muted); } code { overflow-wrap: anywhere; }
 """
 
-_CSP = "default-src 'none'; img-src 'self' file:; style-src 'unsafe-inline'"
+_CSP = "default-src 'none'; img-src 'self' file: data:; style-src 'unsafe-inline'"
 
 
 def _e(value: Any) -> str:
@@ -257,28 +265,68 @@ def _lookalikes(a: dict[str, Any], sources: dict[str, dict[str, str]]) -> str:
     return "".join(out)
 
 
-def _answers(a: dict[str, Any]) -> str:
-    out = ['<h2 id="answers">5. Answers</h2>\n']
+def _answer_rows(q: dict[str, Any], images: Images) -> list[list[str]]:
+    """One row per group of alike answers (shown once, with its members), then one per other answer."""
+
+    def shown(x: dict[str, Any]) -> str:
+        html = render_markdown(x["answer"], images.get(x["student"], {}).get(q["id"]))
+        return f'<div class="answer">{html}</div>'
+
+    by_student = {x["student"]: x for x in q["answers"]}
+    rows, grouped = [], set()
+    for g in q["groups"]:
+        members = [by_student[s] for s in g["students"] if s in by_student]
+        grouped |= {x["student"] for x in members}
+        if g["identical"]:
+            what = f"<b>{len(members)} students gave the same answer</b>"
+            rest = ""
+        else:
+            what = (
+                f"<b>{len(members)} students gave nearly the same answer</b> (at least {_pct(g['similarity'])} alike)"
+            )
+            rest = (
+                "<details><summary>each answer of the group</summary>"
+                + "".join(f"<p><b>{_e(x['student'])}</b></p>{shown(x)}" for x in members[1:])
+                + "</details>"
+            )
+        names = ", ".join(_e(x["student"]) for x in members)
+        rows.append([f'<p class="group">{what}: {names}</p>', shown(members[0]) + rest])
+    rows += [[_e(x["student"]), shown(x)] for x in q["answers"] if x["student"] not in grouped]
+    return rows
+
+
+def _answers(a: dict[str, Any], images: Images) -> str:
+    out = [
+        '<h2 id="answers">5. Answers</h2>\n<p class=note>Questions from the exercise notebook. Answers that are '
+        "the same, or nearly the same, after case, spacing and Markdown markup are set aside, are shown once "
+        "with every student who gave them, first; near-identical ones keep each answer one click away.</p>\n"
+    ]
     if not a["answers"]:
-        out.append('<p>No "think about it" answers in these records.</p>\n')
+        out.append('<p>No "think about it" questions in the exercise notebook or answers in these records.</p>\n')
     for q in a["answers"]:
+        number = f"Question {q['number']}: " if q["number"] is not None else ""
+        groups = f", {len(q['groups'])} group(s) of alike answers" if q["groups"] else ""
         out.append(
-            f"<h3><code>{_e(q['id'])}</code></h3>\n<p class=muted>{q['answered']} answer(s), "
-            f"{q['unanswered']} left unanswered.</p>\n"
+            f"<h3>{number}<code>{_e(q['id'])}</code></h3>\n"
+            + (f'<div class="question">{render_markdown(q["question"])}</div>\n' if q["question"] else "")
+            + f"<p class=muted>{q['answered']} answer(s){groups}, {q['unanswered']} left unanswered.</p>\n"
         )
-        rows = [[_e(x["student"]), f'<div class="answer">{_e(x["answer"])}</div>'] for x in q["answers"]]
+        rows = _answer_rows(q, images)
         if rows:
             out.append(_table(["student", "answer"], rows))
     return "".join(out)
 
 
-def assignment_page(a: dict[str, Any], sources: dict[str, dict[str, str]], flags: dict[str, str]) -> str:
+def assignment_page(
+    a: dict[str, Any], sources: dict[str, dict[str, str]], flags: dict[str, str], images: Images | None = None
+) -> str:
     """One assignment's page: scores, mistakes, items, look-alikes and answers.
 
     Args:
         a: the assignment's entry of ``data.json``.
         sources: student -> function -> source, for the side-by-side views.
         flags: the item flags and what they say.
+        images: student -> question id -> the answer's pasted images (``{name: {mime: base64}}``).
     """
     nav = (
         '<p><a href="index.html">All assignments</a> · <a href="#scores">Scores</a> · <a href="#mistakes">Mistakes</a>'
@@ -290,6 +338,6 @@ def assignment_page(a: dict[str, Any], sources: dict[str, dict[str, str]], flags
         + _mistakes(a)
         + _items(a, flags)
         + _lookalikes(a, sources)
-        + _answers(a)
+        + _answers(a, images or {})
     )
     return _page(f"{a['assignment']}: class report", body)

@@ -9,6 +9,7 @@ what the grader typed. Without JavaScript every form is a plain POST and a redir
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from flask import (
@@ -25,45 +26,31 @@ from flask import (
 )
 from werkzeug.wrappers import Response
 
-from ..answer_text import QuestionsError, questions
 from ..manual import AnswerGrade, Conflict
 from .context import gradebook
-from .data import answers_of, assignments
+from .data import assignments
 from .forms import GradeForm, grade_form, number, rubric_form
-from .question_view import GroupView, grade_status, grouped, question_view
+from .question_view import GroupView, grade_status, question_view, summaries
 
 __all__ = ["answers"]
 
 answers = Blueprint("answers", __name__)
 
 
+#: How long the index may spend grouping answers not grouped yet; past it, a question's groups
+#: are counted once its page (or a later index) has grouped them.
+INDEX_GROUPING_SECONDS = 1.0
+
+
 @answers.get("/")
 def index() -> str:
     """Per assignment, its questions: answered, groups, graded, points; links to the other pages."""
     book = gradebook()
-    rows = []
-    for assignment in assignments(book):
-        by_question = answers_of(book, assignment)
-        try:
-            asked = list(questions(current_app.config["EXERCISES"], assignment))
-        except QuestionsError:
-            asked = []
-        setups = book.manual.setups(assignment)
-        items = []
-        for qid in asked + [q for q in by_question if q not in asked]:
-            texts = {s: a.text for s, a in by_question.get(qid, {}).items() if not a.blank}
-            splits = book.manual.splits(assignment, qid)
-            graded = book.manual.grades(assignment, qid)
-            items.append(
-                {
-                    "id": qid,
-                    "answered": len(texts),
-                    "groups": len(grouped(texts, splits & texts.keys())),
-                    "graded": sum(1 for s in graded if s in texts),
-                    "max_points": setups[qid].max_points if qid in setups else 0.0,
-                }
-            )
-        rows.append({"assignment": assignment, "questions": items})
+    deadline = time.monotonic() + INDEX_GROUPING_SECONDS
+    rows = [
+        (assignment, summaries(book, current_app.config["EXERCISES"], assignment, deadline))
+        for assignment in assignments(book)
+    ]
     return render_template("index.html", assignments=rows)
 
 

@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response
 
 from ..class_report.data import ReportError
 from ..code_view import numbered_code
-from ..manual import Conflict, Decision, PairDecision, pair_target
+from ..manual import Conflict, Decision, PairDecision, pair_key, pair_target
 from .context import gradebook
 from .pair_list import AssignmentPairs, PairCache, ShownPair
 
@@ -57,8 +57,7 @@ def _assignment_pairs(assignment: str) -> AssignmentPairs:
 
 
 def _decision(decisions: dict[tuple[str, str], PairDecision], pair: ShownPair) -> PairDecision | None:
-    a, b = sorted((pair.a, pair.b))
-    return decisions.get((a, b))
+    return decisions.get(pair_key(pair.a, pair.b))
 
 
 @pairs.get("/a/<assignment>/pairs")
@@ -118,7 +117,7 @@ def _page(assignment: str, number: int, *, status: int = 200, **extra: object) -
         sides=_sides(found, pair),
         current=current,
         expected=0 if current is None else current.version,
-        history=_history(store.history(assignment, pair_target(*sorted((pair.a, pair.b))))),
+        history=_history(store.history(assignment, pair_target(pair.a, pair.b))),
         **extra,
     )
     return html, status

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +22,16 @@ from ..gradebook import Gradebook
 from ..manual import AnswerGrade, QuestionSetup
 from .data import Answer, answers_of
 
-__all__ = ["Member", "GroupView", "QuestionView", "question_view", "grouped", "grade_status"]
+__all__ = [
+    "Member",
+    "GroupView",
+    "QuestionView",
+    "QuestionSummary",
+    "question_view",
+    "summaries",
+    "grouped",
+    "grade_status",
+]
 
 GradeStatus = Literal["none", "uniform", "mixed"]
 
@@ -106,8 +116,17 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 64
 
 
-def grouped(texts: Mapping[str, str], apart: frozenset[str]) -> list[AnswerGroup]:
-    """:func:`group_answers` of ``texts`` with ``apart`` kept alone, cached by their content."""
+def grouped(texts: Mapping[str, str], apart: frozenset[str], *, compute: bool = True) -> list[AnswerGroup] | None:
+    """:func:`group_answers` of ``texts`` with ``apart`` kept alone, cached by their content.
+
+    Args:
+        texts: student -> non-blank answer.
+        apart: the students split off their group.
+        compute: whether to group them when they are not cached (else None).
+
+    Returns:
+        The groups, largest first (None: not cached and ``compute`` false).
+    """
     digest = hashlib.sha256()
     for student in sorted(texts):
         digest.update(f"{len(student)}:{student}{len(texts[student])}:{texts[student]}".encode())
@@ -117,12 +136,53 @@ def grouped(texts: Mapping[str, str], apart: frozenset[str]) -> list[AnswerGroup
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
+    if not compute:
+        return None
     groups = group_answers(texts, apart=apart)
     with _CACHE_LOCK:
         _CACHE[key] = groups
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
     return groups
+
+
+@dataclass(frozen=True)
+class QuestionSummary:
+    """One question's line on the index.
+
+    Args:
+        id: the question's id.
+        answered: how many students answered it.
+        groups: into how many groups the answers fall (None: not counted yet, see :func:`summaries`).
+        graded: how many answers have a grade.
+        max_points: its points (0: not graded by hand).
+    """
+
+    id: str
+    answered: int
+    groups: int | None
+    graded: int
+    max_points: float
+
+
+def summaries(book: Gradebook, exercises: str, assignment: str, deadline: float) -> list[QuestionSummary]:
+    """The index's lines of one assignment: the questions its exercise notebook asks, in order,
+    then any other question its answers have. Answers are grouped until ``deadline``
+    (``time.monotonic()``), later only when cached, so the index of a large course opens fast."""
+    by_question = answers_of(book, assignment)
+    try:
+        asked = list(questions(exercises, assignment))
+    except QuestionsError:
+        asked = []
+    setups = book.manual.setups(assignment)
+    out = []
+    for qid in asked + [q for q in by_question if q not in asked]:
+        texts = {s: a.text for s, a in by_question.get(qid, {}).items() if not a.blank}
+        groups = grouped(texts, book.manual.splits(assignment, qid) & texts.keys(), compute=time.monotonic() < deadline)
+        graded = sum(1 for s in book.manual.grades(assignment, qid) if s in texts)
+        max_points = setups[qid].max_points if qid in setups else 0.0
+        out.append(QuestionSummary(qid, len(texts), None if groups is None else len(groups), graded, max_points))
+    return out
 
 
 def grade_status(grades: list[AnswerGrade | None]) -> tuple[GradeStatus, AnswerGrade | None]:
@@ -152,7 +212,7 @@ def question_view(book: Gradebook, exercises: str, assignment: str, question: st
     grades = store.grades(assignment, question)
     splits = store.splits(assignment, question)
     given = {s: a for s, a in answers.items() if not a.blank}
-    groups = grouped({s: a.text for s, a in given.items()}, splits & given.keys())
+    groups = grouped({s: a.text for s, a in given.items()}, splits & given.keys()) or []
     views = tuple(_group_view(n, group, given, grades, splits) for n, group in enumerate(groups, 1))
     return QuestionView(
         assignment=assignment,

@@ -22,9 +22,10 @@ from werkzeug.wrappers import Response
 
 __all__ = ["CSP", "install_guards", "csrf_token", "csrf_field", "cookie_name"]
 
-#: The Content-Security-Policy of every response: the app's own script and style only.
+#: The Content-Security-Policy of every response: the app's own script and style only; the
+#: script's ``fetch`` of a grade may reach this server alone (``connect-src 'self'``).
 CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 _HOSTS = ("127.0.0.1", "localhost")
@@ -43,8 +44,11 @@ def csrf_token() -> str:
 
 
 def csrf_field() -> Markup:
-    """The hidden ``csrf`` input every POST form of the app carries (for the templates)."""
-    return Markup('<input type="hidden" name="csrf" value="{}">').format(escape(csrf_token()))
+    """The hidden ``csrf`` input every POST form of the app carries (for the templates; made once
+    per request, as a page of 1,000 answers has as many forms)."""
+    if "csrf_field" not in g:
+        g.csrf_field = Markup('<input type="hidden" name="csrf" value="{}">').format(escape(csrf_token()))
+    return Markup(g.csrf_field)
 
 
 def _same(given: str | None, expected: str) -> bool:

@@ -1,0 +1,162 @@
+"""The review app in a real browser (headless Debian chromium via Playwright), served for each test.
+
+A class of six students, one question: the page opens with the token and again without it (the
+cookie), and is refused without either; the rubric is edited; a group is graded with the
+keyboard alone (saved by the page's script, no reload); a member is split off and graded apart;
+in the light and the dark colour scheme the page has no console error and axe-core finds no
+violation of WCAG 2 A/AA (any impact). Screenshots go to ``artifacts/screenshots/review-*.png``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT
+from pagecheck import axe_violations
+from review_fixtures import A, Q, class_gradebook, make_app, set_rubric
+
+from course_lib.autograder.gradebook import Gradebook
+from course_lib.autograder.review_app import serve
+
+pytestmark = pytest.mark.browser
+
+SHOTS = ROOT / "artifacts" / "screenshots"
+PAGE = f"/a/{A}/q/{Q}"
+ALL_IMPACTS = ("minor", "moderate", "serious", "critical")
+
+
+@pytest.fixture
+def served(tmp_path):
+    """The review server of a fresh class gradebook (question Q has a rubric), stopped after the test."""
+    db = class_gradebook(tmp_path / "g.sqlite")
+    items = set_rubric(db)
+    server = serve(make_app(db, grader="prof"))
+    yield server, db, items
+    server.shutdown()
+
+
+@pytest.fixture
+def page(browser, served):
+    """A page logged in with the token, on question Q's page; console errors collected in ``page.problems``."""
+    server, _, _ = served
+    context = browser.new_context(viewport={"width": 1100, "height": 900})
+    tab = context.new_page()
+    tab.problems = []
+    tab.on("console", lambda msg: tab.problems.append(msg.text) if msg.type == "error" else None)
+    tab.on("pageerror", lambda exc: tab.problems.append(str(exc)))
+    tab.goto(server.url)
+    tab.goto(f"http://127.0.0.1:{server.port}{PAGE}")
+    yield tab
+    context.close()
+
+
+def _grades(db):
+    with Gradebook(db) as book:
+        return book.manual.grades(A, Q)
+
+
+def test_the_token_opens_the_app_the_cookie_keeps_it_open_and_nothing_opens_without(browser, served):
+    server, _, _ = served
+    context = browser.new_context()
+    tab = context.new_page()
+    response = tab.goto(server.url)
+    assert response.ok and "token" not in tab.url and tab.get_by_role("heading", name="Answers to grade").is_visible()
+    assert tab.reload().ok and tab.get_by_role("heading", name="Answers to grade").is_visible()
+    context.close()
+    stranger = browser.new_context()
+    refused = stranger.new_page().goto(f"http://127.0.0.1:{server.port}{PAGE}")
+    assert refused.status == 403
+    stranger.close()
+
+
+def test_the_rubric_is_edited_in_the_page(page, served):
+    _, db, _ = served
+    page.get_by_label("Points of this question").fill("4")
+    page.get_by_label("Item 2 text").fill("the sign is wrong")
+    page.get_by_label("New item text").fill("mentions overflow")
+    page.get_by_label("New item points").fill("2")
+    page.get_by_role("button", name="Save rubric").click()
+    page.get_by_text("Rubric saved.").wait_for()
+    with Gradebook(db) as book:
+        setup = book.manual.setup(A, Q)
+    assert setup.max_points == 4
+    assert [(i.text, i.points) for i in setup.rubric] == [
+        ("explains the constant", 2.0),
+        ("the sign is wrong", -1.0),
+        ("mentions overflow", 2.0),
+    ]
+    assert not page.problems, page.problems
+
+
+def test_a_group_is_graded_with_the_keyboard_without_a_reload(page, served):
+    _, db, _ = served
+    page.evaluate("() => { window.notReloaded = true; }")
+    page.keyboard.press("j")  # the first group: ann, bob, cat
+    first = page.locator("section.group").first
+    assert first.evaluate("g => g === document.activeElement")
+    page.keyboard.press("1")  # "explains the constant"
+    assert first.get_by_role("checkbox").first.is_checked()
+    page.keyboard.press("Enter")
+    first.get_by_text("Graded: 2 points").wait_for()
+    assert page.evaluate("() => window.notReloaded === true")
+    assert {s: g.points for s, g in _grades(db).items()} == {"ann": 2.0, "bob": 2.0, "cat": 2.0}
+    page.keyboard.press("u")  # the next group not graded: dan's
+    assert page.locator("section.group").nth(1).evaluate("g => g === document.activeElement")
+    page.keyboard.press("?")
+    assert page.get_by_role("region", name="keyboard keys").is_visible()
+    assert not page.problems, page.problems
+
+
+def test_a_member_split_off_is_graded_apart(page, served):
+    _, db, _ = served
+    first = page.locator("section.group").first
+    first.get_by_text("Members (3)").click()
+    first.get_by_role("button", name="Split cat off this group").click()
+    page.wait_for_load_state()
+    cat = page.locator("section.group", has_text="Group 2: 1 answer").first
+    assert cat.locator('li[data-student="cat"]').count() == 1
+    cat.get_by_role("checkbox").nth(1).check()  # "wrong sign"
+    cat.get_by_label("Comment to the student").fill("Check the sign.")
+    cat.get_by_role("button", name="Save grade").click()
+    cat.get_by_text("Saved.").wait_for()
+    page.locator("section.group").first.get_by_role("checkbox").first.check()
+    page.locator("section.group").first.get_by_role("button", name="Save grade").click()
+    page.locator("section.group").first.get_by_text("Saved.").wait_for()
+    grades = _grades(db)
+    assert {s: (g.points, g.comment) for s, g in grades.items()} == {
+        "ann": (2.0, ""),
+        "bob": (2.0, ""),
+        "cat": (0.0, "Check the sign."),
+    }
+    assert not page.problems, page.problems
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_errors(browser, served, mode):
+    server, _, _ = served
+    strict = browser.new_context(color_scheme=mode, viewport={"width": 1100, "height": 900})
+    tab = strict.new_page()
+    problems: list[str] = []
+    tab.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
+    tab.on("pageerror", lambda exc: problems.append(str(exc)))
+    tab.goto(server.url)
+    for path in (PAGE, "/"):
+        tab.goto(f"http://127.0.0.1:{server.port}{path}")
+    cookies = strict.cookies()
+    strict.close()
+    assert not problems, problems  # with the app's own CSP: no blocked script, style or image
+    # axe-core is added to the page by the test, which the app's CSP would refuse
+    context = browser.new_context(color_scheme=mode, viewport={"width": 1100, "height": 900}, bypass_csp=True)
+    context.add_cookies(cookies)
+    tab = context.new_page()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for name, path in (("question", PAGE), ("index", "/")):
+        tab.goto(f"http://127.0.0.1:{server.port}{path}")
+        tab.eval_on_selector_all("details", "all => all.forEach(d => { d.open = true; })")
+        tab.keyboard.press("?") if name == "question" else None
+        tab.screenshot(path=str(SHOTS / f"review-{name}-{mode}.png"), full_page=True)
+        found[name] = axe_violations(tab, impacts=ALL_IMPACTS)
+    background = tab.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    context.close()
+    assert found == {"question": [], "index": []}, found
+    assert background == ("rgb(22, 24, 28)" if mode == "dark" else "rgb(255, 255, 255)"), background
