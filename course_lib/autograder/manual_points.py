@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .manual_schema import RubricItem, grade_points, rubrics
@@ -80,27 +80,24 @@ class ManualPoints:
         return sum(1 for q in self.questions if q.points is None)
 
 
-@dataclass(frozen=True)
-class _Grade:
-    items: tuple[int, ...]
-    adjust: float
-    comment: str
-    by: str
+#: A grade as a record shows it: its points, the texts of the items applied, the comment, the grader.
+_Shown = tuple[float, tuple[str, ...], str, str]
 
 
 @dataclass(frozen=True)
 class ManualTables:
-    """The manual grading store's setups and grades, read in one query per table.
+    """The manual grading store's setups and grades, read in one query per table, each grade's
+    points computed once per distinct grade (an answer group's members share theirs).
 
     Args:
         questions: per assignment, its questions graded by hand ``(question, max_points)`` in order.
-        rubric: per (assignment, question), its rubric items.
-        grades: per (assignment, question, student), the grade stored.
+        grades: per (assignment, question, student), the grade as shown.
+        made: the QuestionPoints made so far, shared by the records that show the same.
     """
 
     questions: Mapping[str, tuple[tuple[str, float], ...]]
-    rubric: Mapping[tuple[str, str], tuple[RubricItem, ...]]
-    grades: Mapping[tuple[str, str, str], _Grade]
+    grades: Mapping[tuple[str, str, str], _Shown]
+    made: dict[tuple[Any, ...], QuestionPoints] = field(default_factory=dict, compare=False)
 
     @classmethod
     def read(cls, conn: sqlite3.Connection, student: str | None = None, assignment: str | None = None) -> ManualTables:
@@ -114,16 +111,41 @@ class ManualTables:
         for a, q, m in rows:
             questions.setdefault(a, []).append((q, float(m)))
         if not questions:
-            return cls({}, {}, {})
+            return cls({}, {})
+        maximum = {(a, q): m for a, qs in questions.items() for q, m in qs}
+        rubric = rubrics(conn, assignment)
         grade_sql = "SELECT assignment, question, student, items, adjust, comment, by FROM manual_grades WHERE 1"
         if student is not None:
             grade_sql, args = grade_sql + " AND student = ?", (student, *args)
-        grades = {
-            (a, q, s): _Grade(tuple(json.loads(items)), adjust, comment, by)
-            for a, q, s, items, adjust, comment, by in conn.execute(grade_sql + where, args)
-        }
-        items = {k: tuple(v) for k, v in rubrics(conn, assignment).items()}
-        return cls({a: tuple(qs) for a, qs in questions.items()}, items, grades)
+        shown: dict[tuple[Any, ...], _Shown] = {}
+        grades = {}
+        for a, q, s, items, adjust, comment, by in conn.execute(grade_sql + where, args):
+            if (a, q) not in maximum:
+                continue
+            key = (a, q, items, adjust, comment, by)
+            if key not in shown:
+                shown[key] = _shown(rubric.get((a, q), []), json.loads(items), adjust, maximum[(a, q)], comment, by)
+            grades[(a, q, s)] = shown[key]
+        return cls({a: tuple(qs) for a, qs in questions.items()}, grades)
+
+    def question_points(self, question: str, max_points: float, grade: _Shown | None, answered: bool) -> QuestionPoints:
+        """The (shared) QuestionPoints of a question graded, pending or not answered."""
+        key = (question, max_points, grade, answered)
+        if key not in self.made:
+            if grade is not None:
+                points, names, comment, by = grade
+                self.made[key] = QuestionPoints(question, max_points, points, comment, names, by, answered)
+            else:
+                self.made[key] = QuestionPoints(question, max_points, None if answered else 0.0, answered=answered)
+        return self.made[key]
+
+
+def _shown(
+    rubric: list[RubricItem], applied: list[int], adjust: float, maximum: float, comment: str, by: str
+) -> _Shown:
+    """A stored grade as a record shows it (items since deleted dropped)."""
+    points = grade_points(tuple(rubric), tuple(applied), adjust, maximum)
+    return points, tuple(item.text for item in rubric if item.id in applied), comment, by
 
 
 def _answers(answers: tuple[dict[str, Any], ...]) -> dict[str, str]:
@@ -154,17 +176,13 @@ def manual_points(
     if not questions:
         return None
     texts = _answers(answers)
-    found = []
-    for question, max_points in questions:
-        grade = tables.grades.get((assignment, question, student))
-        answered = bool(texts.get(question, "").strip())
-        if grade is not None:
-            rubric = tables.rubric.get((assignment, question), ())
-            points = grade_points(rubric, grade.items, grade.adjust, max_points)
-            names = tuple(item.text for item in rubric if item.id in grade.items)
-            found.append(QuestionPoints(question, max_points, points, grade.comment, names, grade.by, answered))
-        elif answered:
-            found.append(QuestionPoints(question, max_points, None))
-        else:
-            found.append(QuestionPoints(question, max_points, 0.0, answered=False))
-    return ManualPoints(tuple(found))
+    found = tuple(
+        tables.question_points(
+            question,
+            max_points,
+            tables.grades.get((assignment, question, student)),
+            bool(texts.get(question, "").strip()),
+        )
+        for question, max_points in questions
+    )
+    return ManualPoints(found)
