@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 
 from ..grading.forbidden.notebook import NotebookScan
 from ..grading.forbidden.static import reached_definitions
-from .notebook import MAX_SOURCE_CHARS, _LINE_BREAK, function_sources
+from .lookalike_regions import SEPARATOR
+from .notebook import _LINE_BREAK, MAX_SOURCE_CHARS, function_sources
 
 __all__ = ["compared_sources", "helper_marker"]
 
@@ -33,7 +34,7 @@ _Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 def helper_marker(name: str, cell: int) -> str:
     """The comment line that starts a helper's text: ``# --- helper: NAME (code cell N) ---``."""
-    return f"# --- helper: {name} (code cell {cell}) ---"
+    return f"{SEPARATOR}helper: {name} (code cell {cell}) ---"
 
 
 def compared_sources(scan: NotebookScan, names: Sequence[str]) -> dict[str, str]:
@@ -91,7 +92,7 @@ def _joined(text: str, helpers: list[tuple[int, str, str]]) -> str:
             continue
         parts.append(block)
         size += len(block)
-    note = f"\n\n# --- {left_out} helper(s) left out: over {MAX_SOURCE_CHARS:,} characters ---"
+    note = f"\n\n{SEPARATOR}{left_out} helper(s) left out: over {MAX_SOURCE_CHARS:,} characters ---"
     if left_out and size + len(note) <= MAX_SOURCE_CHARS:
         parts.append(note)
     return "".join(parts)
