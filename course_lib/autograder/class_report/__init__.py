@@ -46,7 +46,7 @@ from typing import Any
 from .answers import answers_by_question
 from .data import ReportError, functions_of, load, mistakes, page_name, score_summary
 from .items import FLAGS, item_statistics
-from .pairs import lookalikes, notebook_functions, release_code, student_sources
+from .pairs import assignment_lookalikes, student_sources
 
 __all__ = ["build_data", "write_report", "ReportResult", "ReportError"]
 
@@ -117,10 +117,9 @@ def build_data(
         }
         t1 = time.perf_counter()
         seconds["statistics"] += t1 - t0
-        starter = notebook_functions(exercises, name, functions, "--exercises")
-        solution = notebook_functions(solutions, name, functions, "--solutions", helpers=True)
-        provided = release_code(exercises, name, "--exercises")
-        pairs, summary = lookalikes(rows, starter, solution, threshold, provided)
+        pairs, summary = assignment_lookalikes(
+            rows, name, functions, exercises=exercises, solutions=solutions, threshold=threshold
+        )
         entry["lookalikes"] = {**summary, "pairs": pairs}
         all_sources[name] = student_sources(rows)
         seconds["look-alikes"] += time.perf_counter() - t1

@@ -20,7 +20,7 @@ from ..lookalike import REFERENCE, Pair, find_lookalikes
 from ..notebook import NotebookError, code_cells, function_sources
 from .data import ReportError, Row
 
-__all__ = ["notebook_functions", "release_code", "lookalikes", "student_sources"]
+__all__ = ["notebook_functions", "release_code", "lookalikes", "assignment_lookalikes", "student_sources"]
 
 
 def notebook_functions(
@@ -115,3 +115,25 @@ def lookalikes(
         "reference_pairs": sum(1 for d in out if d["reference"]),
     }
     return out, summary
+
+
+def assignment_lookalikes(
+    rows: list[Row],
+    assignment: str,
+    functions: list[str],
+    *,
+    exercises: str | Path,
+    solutions: str | Path,
+    threshold: float | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """:func:`lookalikes` of one assignment with its release read from the notebooks: the starter
+    stubs and every code cell of ``exercises/<assignment>.ipynb`` (provided text), the solution
+    with its helpers from ``solutions/<assignment>.ipynb``.
+
+    Raises:
+        ReportError: a notebook is missing or unreadable.
+    """
+    provided = release_code(exercises, assignment, "--exercises")
+    starter = function_sources(provided, functions)
+    solution = notebook_functions(solutions, assignment, functions, "--solutions", helpers=True)
+    return lookalikes(rows, starter, solution, threshold, provided)
