@@ -54,31 +54,34 @@ def compared_sources(scan: NotebookScan, names: Sequence[str]) -> dict[str, str]
     out = {}
     for name, text in own.items():
         reached = reached_definitions(scan.env, name, boundary=[n for n in names if n != name])
-        placed = sorted({id(d): where[id(d)] for d in reached if id(d) in where}.values())
-        out[name] = _joined(text, [(cell, helper, source) for cell, _, helper, source in placed])
+        placed = sorted({id(d): where[id(d)] for d in reached if id(d) in where}.values(), key=lambda p: p[:2])
+        out[name] = _joined(text, [(cell, node.name, _text(node, source)) for cell, _, node, source in placed])
     return out
 
 
-def _definitions(scan: NotebookScan) -> Iterator[tuple[int, tuple[int, int, str, str]]]:
-    """``(id(node), (code cell, line, name, source))`` of every module-level ``def`` and
-    ``class`` (in ``if``/``try``/``with``/loop blocks too)."""
+def _definitions(scan: NotebookScan) -> Iterator[tuple[int, tuple[int, int, _Definition, str]]]:
+    """``(id(node), (code cell, line, node, the cell's source))`` of every module-level ``def``
+    and ``class`` (in ``if``/``try``/``with``/loop blocks too)."""
     for cell in scan.cells:
         if cell.tree is None:
             continue
-        lines: list[str] | None = None
         stack: list[ast.stmt] = list(cell.tree.body)
         while stack:
             node = stack.pop()
             if isinstance(node, _Definition):
-                lines = lines if lines is not None else _LINE_BREAK.split(cell.source)
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                text = textwrap.dedent("\n".join(lines[start - 1 : node.end_lineno]))
-                yield id(node), (cell.index, start, node.name, text)
+                yield id(node), (cell.index, start, node, cell.source)
             else:
                 for field in ("body", "orelse", "finalbody"):
                     stack.extend(s for s in getattr(node, field, []) if isinstance(s, ast.stmt))
                 for handler in getattr(node, "handlers", []):
                     stack.extend(handler.body)
+
+
+def _text(node: _Definition, source: str) -> str:
+    """A definition's lines (decorators included), dedented."""
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return textwrap.dedent("\n".join(_LINE_BREAK.split(source)[start - 1 : node.end_lineno]))
 
 
 def _joined(text: str, helpers: list[tuple[int, str, str]]) -> str:
