@@ -296,3 +296,12 @@ def test_every_course_solution_is_large_enough_to_be_evidence(assignment):
         if g[0] not in base
     }
     assert len(kept) >= EVIDENCE
+
+
+def test_records_graded_before_helpers_were_compared_are_still_searched():
+    cells = wrapper(MODULE_TABLE, "    return Encoder(d_model)(num_positions)\n")
+    old = function_sources(["import math\nimport torch\n", *cells], PE_FUNCTIONS)  # the def alone
+    copied = wrapper(MODULE_TABLE.replace("Encoder", "PE"), "    return PE(d_model)(num_positions)\n")
+    students = {"ana": old, "ben": student(PE, cells), "cat": student(PE, copied)}
+    pairs = search(students, PE)
+    assert student_pairs(pairs) == [("ben", "cat")]
