@@ -38,7 +38,7 @@ Schleimer, Wilkerson and Aiken, "Winnowing: local algorithms for document finger
   to 7 (a chain of four method calls), so two identical one-liners score at most 7/16, under
   :data:`THRESHOLD`; two identical statements (a stable softmax) keep 10 and score 0.625; a
   short function keeps 3 to 18 (``dot_score`` 3, ``merge_heads`` 7,
-  ``scaled_dot_product_attention`` 18), and its copy scores at least 0.5 from 8 of them; a whole
+  ``scaled_dot_product_attention`` 18), and a copy of one alone reaches 0.5 from 8; a whole
   assignment's solution keeps 20 (05, layer norm) to 122 (07), so a copy of any real
   submission is never scaled down. Submissions with fewer than :data:`MIN_FINGERPRINTS` kept
   fingerprints (blanks) are never paired. Candidate pairs come from an inverted index
@@ -471,8 +471,9 @@ def _check(sources: Any, starter: Any, solution: Any, provided: Any, threshold: 
     _check_functions("solution", solution)
     if isinstance(provided, str) or not isinstance(provided, Sequence):
         raise TypeError(f"provided: expected a sequence of str, got {type(provided).__name__}")
-    if not all(isinstance(text, str) for text in provided):
-        raise TypeError("provided: expected a sequence of str, got an item that is not a str")
+    for text in provided:
+        if not isinstance(text, str):
+            raise TypeError(f"provided: expected a sequence of str, got an item of type {type(text).__name__}")
     for name, value, low_open in (("threshold", threshold, False), ("common", common, True)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
