@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 
 from ..grading.forbidden.notebook import NotebookScan
 from ..grading.forbidden.static import reached_definitions
-from .notebook import MAX_SOURCE_CHARS, _LINE_BREAK, function_sources
+from .lookalike_regions import SEPARATOR
+from .notebook import _LINE_BREAK, MAX_SOURCE_CHARS, function_sources
 
 __all__ = ["compared_sources", "helper_marker"]
 
@@ -33,7 +34,7 @@ _Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 def helper_marker(name: str, cell: int) -> str:
     """The comment line that starts a helper's text: ``# --- helper: NAME (code cell N) ---``."""
-    return f"# --- helper: {name} (code cell {cell}) ---"
+    return f"{SEPARATOR}helper: {name} (code cell {cell}) ---"
 
 
 def compared_sources(scan: NotebookScan, names: Sequence[str]) -> dict[str, str]:
@@ -53,31 +54,34 @@ def compared_sources(scan: NotebookScan, names: Sequence[str]) -> dict[str, str]
     out = {}
     for name, text in own.items():
         reached = reached_definitions(scan.env, name, boundary=[n for n in names if n != name])
-        placed = sorted({id(d): where[id(d)] for d in reached if id(d) in where}.values())
-        out[name] = _joined(text, [(cell, helper, source) for cell, _, helper, source in placed])
+        placed = sorted({id(d): where[id(d)] for d in reached if id(d) in where}.values(), key=lambda p: p[:2])
+        out[name] = _joined(text, [(cell, node.name, _text(node, source)) for cell, _, node, source in placed])
     return out
 
 
-def _definitions(scan: NotebookScan) -> Iterator[tuple[int, tuple[int, int, str, str]]]:
-    """``(id(node), (code cell, line, name, source))`` of every module-level ``def`` and
-    ``class`` (in ``if``/``try``/``with``/loop blocks too)."""
+def _definitions(scan: NotebookScan) -> Iterator[tuple[int, tuple[int, int, _Definition, str]]]:
+    """``(id(node), (code cell, line, node, the cell's source))`` of every module-level ``def``
+    and ``class`` (in ``if``/``try``/``with``/loop blocks too)."""
     for cell in scan.cells:
         if cell.tree is None:
             continue
-        lines: list[str] | None = None
         stack: list[ast.stmt] = list(cell.tree.body)
         while stack:
             node = stack.pop()
             if isinstance(node, _Definition):
-                lines = lines if lines is not None else _LINE_BREAK.split(cell.source)
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                text = textwrap.dedent("\n".join(lines[start - 1 : node.end_lineno]))
-                yield id(node), (cell.index, start, node.name, text)
+                yield id(node), (cell.index, start, node, cell.source)
             else:
                 for field in ("body", "orelse", "finalbody"):
                     stack.extend(s for s in getattr(node, field, []) if isinstance(s, ast.stmt))
                 for handler in getattr(node, "handlers", []):
                     stack.extend(handler.body)
+
+
+def _text(node: _Definition, source: str) -> str:
+    """A definition's lines (decorators included), dedented."""
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return textwrap.dedent("\n".join(_LINE_BREAK.split(source)[start - 1 : node.end_lineno]))
 
 
 def _joined(text: str, helpers: list[tuple[int, str, str]]) -> str:
@@ -91,7 +95,7 @@ def _joined(text: str, helpers: list[tuple[int, str, str]]) -> str:
             continue
         parts.append(block)
         size += len(block)
-    note = f"\n\n# --- {left_out} helper(s) left out: over {MAX_SOURCE_CHARS:,} characters ---"
+    note = f"\n\n{SEPARATOR}{left_out} helper(s) left out: over {MAX_SOURCE_CHARS:,} characters ---"
     if left_out and size + len(note) <= MAX_SOURCE_CHARS:
         parts.append(note)
     return "".join(parts)

@@ -17,18 +17,32 @@ Schleimer, Wilkerson and Aiken, "Winnowing: local algorithms for document finger
 - **Fingerprints.** Hashes of the k-grams of normalised tokens (a Rabin-Karp rolling hash over
   blake2b hashes of the tokens: the same on every machine and run), robustly winnowed with a
   window of ``W`` k-grams: any match of at least ``t = W + K - 1`` normalised tokens
-  (:data:`GUARANTEE`) shares a fingerprint; none shorter than ``K`` does. A fingerprint is
-  matched only within the same graded function.
-- **Exclusions.** Fingerprints of the starter code (the exercise's stubs: signature, docstring,
-  ``raise NotImplementedError()``) never count. Between students, the solution's fingerprints
-  (MOSS's base file) and those in more than ``common`` of the submissions (at least
-  :data:`COMMON_FLOOR`: idioms every correct solution has, like MOSS's ``-m``) are dropped too.
-  Against the solution itself (the pair with :data:`REFERENCE`) only the starter is dropped.
-- **Similarity** of two submissions: shared distinct kept fingerprints / the distinct kept
-  fingerprints of the smaller one (so a copy inside a longer submission still scores 1).
-  Submissions with fewer than :data:`MIN_FINGERPRINTS` kept fingerprints (blanks) are never paired.
-  Candidate pairs come from an inverted index (fingerprint -> submissions), not from comparing
-  all pairs.
+  (:data:`GUARANTEE`) shares a fingerprint; none shorter than ``K`` does.
+- **What is compared.** Per graded function, the text records store (:mod:`.compared`): the
+  function, then the notebook's own helpers it reaches, so a one-line wrapper is compared by
+  what it wraps. Fingerprints are matched only within the same graded function.
+- **Provided text never counts** (:mod:`.lookalike_regions`). Every k-gram of the release (the
+  starter stubs and every code cell of the exercise notebook: signatures, docstrings, comments,
+  provided helpers), not only its winnowed ones, is excluded. A fingerprint whose k-gram touches
+  a line that is a line of a starter stub (the signature, the docstring, the placeholder) is
+  dropped too, and no region runs across one: a provided docstring is never highlighted.
+  Between students, the solution's fingerprints (MOSS's base file) and those in more than
+  ``common`` of the submissions (at least :data:`COMMON_FLOOR`: idioms every correct solution
+  has, like MOSS's ``-m``) are dropped too. Against the solution itself (the pair with
+  :data:`REFERENCE`) only the provided text is dropped.
+- **Similarity** of two submissions: shared distinct kept fingerprints / max(the distinct kept
+  fingerprints of the smaller one, :data:`EVIDENCE`). So a copy inside a longer submission
+  still scores 1, and **tiny code is no evidence**: code with fewer than ``EVIDENCE = 16``
+  kept fingerprints scores at most its size / 16. Measured on the course's own functions
+  (solutions/*.ipynb, provided text excluded): a one-line body keeps 1 (``return MyPE(d)(x)``)
+  to 7 (a chain of four method calls), so two identical one-liners score at most 7/16, under
+  :data:`THRESHOLD`; two identical statements (a stable softmax) keep 10 and score 0.625; a
+  short function keeps 3 to 18 (``dot_score`` 3, ``merge_heads`` 7,
+  ``scaled_dot_product_attention`` 18), and a copy of one alone reaches 0.5 from 8; a whole
+  assignment's solution keeps 20 (05, layer norm) to 122 (07), so a copy of any real
+  submission is never scaled down. Submissions with fewer than :data:`MIN_FINGERPRINTS` kept
+  fingerprints (blanks) are never paired. Candidate pairs come from an inverted index
+  (fingerprint -> submissions), not from comparing all pairs.
 
 A pair is evidence for a person to look at, not a verdict: short functions that have one natural
 form look alike without any copying.
@@ -53,6 +67,7 @@ from .lookalike_regions import Gram, Printed, Region, printed, provided_lines, r
 
 __all__ = [
     "REFERENCE",
+    "EVIDENCE",
     "K",
     "W",
     "GUARANTEE",
@@ -83,7 +98,7 @@ COMMON_FLOOR = 5
 MIN_FINGERPRINTS = 4
 #: Below this many kept fingerprints, a submission is too small to be evidence: a pair's similarity
 #: is its shared fingerprints over max(the smaller submission's kept fingerprints, EVIDENCE).
-EVIDENCE = 20
+EVIDENCE = 16
 
 #: Module names (and their usual aliases) kept as written: ``torch.sum`` is not ``np.sum``.
 MODULES = frozenset(
@@ -456,8 +471,9 @@ def _check(sources: Any, starter: Any, solution: Any, provided: Any, threshold: 
     _check_functions("solution", solution)
     if isinstance(provided, str) or not isinstance(provided, Sequence):
         raise TypeError(f"provided: expected a sequence of str, got {type(provided).__name__}")
-    if not all(isinstance(text, str) for text in provided):
-        raise TypeError("provided: expected a sequence of str, got an item that is not a str")
+    for text in provided:
+        if not isinstance(text, str):
+            raise TypeError(f"provided: expected a sequence of str, got an item of type {type(text).__name__}")
     for name, value, low_open in (("threshold", threshold, False), ("common", common, True)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{name}: expected a float, got {type(value).__name__}")

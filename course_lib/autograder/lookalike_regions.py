@@ -6,7 +6,8 @@ A line of a student's source is *provided* when its text, stripped of surroundin
 is a line of a starter stub. A fingerprint whose k-gram touches or spans a provided line is
 dropped (so the signature and the docstring between it and the first statement neither raise a
 similarity nor join two regions), and a region never runs across a provided line: the lines of
-a provided docstring are not highlighted as shared.
+a provided docstring are not highlighted as shared. The marker line that starts each helper in
+the compared text (:mod:`.compared`) splits the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Region", "Gram", "Printed", "provided_lines", "printed", "regions"]
+__all__ = ["Region", "Gram", "Printed", "SEPARATOR", "provided_lines", "printed", "regions"]
+
+#: How the comment line that starts a helper in the compared text begins
+#: (:func:`~.compared.helper_marker`).
+SEPARATOR = "# --- "
 
 #: One winnowed fingerprint: (hash, first line, last line, position of its k-gram in the tokens).
 Gram = tuple[int, int, int, int]
@@ -40,8 +45,14 @@ class Printed:
 
 
 def provided_lines(source: str, provided: frozenset[str]) -> tuple[int, ...]:
-    """The (1-based) lines of ``source`` whose stripped text is in ``provided`` (blank lines never are)."""
-    return tuple(n for n, line in enumerate(source.split("\n"), 1) if line.strip() and line.strip() in provided)
+    """The (1-based) lines of ``source`` whose stripped text is in ``provided`` (blank lines never
+    are), and the lines that start a helper (:data:`SEPARATOR`): a fingerprint across the end of
+    one part of the text and the start of the next is no evidence either."""
+    return tuple(
+        n
+        for n, line in enumerate(source.split("\n"), 1)
+        if (line.strip() and line.strip() in provided) or line.startswith(SEPARATOR)
+    )
 
 
 def printed(grams: Iterable[Gram], lines: tuple[int, ...]) -> Printed:
@@ -55,7 +66,9 @@ def _between(lines: tuple[int, ...], low: int, high: int) -> bool:
     return i < len(lines) and lines[i] < high
 
 
-def regions(a: Mapping[str, Printed], b: Mapping[str, Printed], keys: set[tuple[str, int]], k: int) -> tuple[Region, ...]:
+def regions(
+    a: Mapping[str, Printed], b: Mapping[str, Printed], keys: set[tuple[str, int]], k: int
+) -> tuple[Region, ...]:
     """Matched fingerprints merged into line ranges per function: fingerprints whose k-grams
     overlap or touch in both sources make one region (unless a provided line lies between them
     in either), and so do regions whose lines overlap or touch in both. Where a hash occurs more

@@ -551,6 +551,8 @@ def test_regions_point_at_the_copied_lines():
         ({"sources": {REFERENCE: {}}}, "sources: a student may not be named"),
         ({"sources": {"a": {"softmax": 3}}}, "sources['a']: expected str -> str"),
         ({"starter": None}, "starter: expected a mapping"),
+        ({"provided": "def f(): pass"}, "provided: expected a sequence of str, got str"),
+        ({"provided": [b"code"]}, "provided: expected a sequence of str, got an item of type bytes"),
         ({"threshold": 1.5}, "threshold: expected a number in [0, 1]"),
         ({"threshold": "high"}, "threshold: expected a float"),
         ({"common": 0.0}, "common: expected a number in (0, 1]"),

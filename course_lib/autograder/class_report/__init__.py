@@ -127,7 +127,9 @@ def build_data(
         }
         t1 = time.perf_counter()
         seconds["statistics"] += t1 - t0
-        pairs, summary = assignment_lookalikes(rows, name, functions, exercises, solutions, threshold)
+        pairs, summary = assignment_lookalikes(
+            rows, name, functions, exercises=exercises, solutions=solutions, threshold=threshold
+        )
         with_decisions(pairs, summary, decided[name])
         entry["answers"] = answers_by_question(rows, _questions(exercises, name))
         if images is not None:

@@ -121,18 +121,21 @@ def assignment_lookalikes(
     rows: list[Row],
     assignment: str,
     functions: list[str],
+    *,
     exercises: str | Path,
     solutions: str | Path,
     threshold: float | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """:func:`lookalikes` of one assignment with the course's notebooks: the one search the class
-    report and the review app (``course-lib review``) both run.
+    """:func:`lookalikes` of one assignment with its release read from the notebooks: the starter
+    stubs and every code cell of ``exercises/<assignment>.ipynb`` (provided text), the solution
+    with its helpers from ``solutions/<assignment>.ipynb``: the one search the class report and
+    the review app (``course-lib review``) both run.
 
     Args:
         rows: the assignment's records.
         assignment: its name.
         functions: its graded functions.
-        exercises: folder of the exercise notebooks (the starter code, the provided text).
+        exercises: folder of the exercise notebooks.
         solutions: folder of the solution notebooks (compared with, never returned).
         threshold: the smallest similarity reported (None: the search's default).
 
@@ -142,7 +145,7 @@ def assignment_lookalikes(
     Raises:
         ReportError: a notebook is missing or unreadable.
     """
-    starter = notebook_functions(exercises, assignment, functions, "--exercises")
-    solution = notebook_functions(solutions, assignment, functions, "--solutions", helpers=True)
     provided = release_code(exercises, assignment, "--exercises")
+    starter = function_sources(provided, functions)
+    solution = notebook_functions(solutions, assignment, functions, "--solutions", helpers=True)
     return lookalikes(rows, starter, solution, threshold, provided)

@@ -98,7 +98,9 @@ def compute_pairs(db: str | Path, assignment: str, exercises: str | Path, soluti
         ReportError: a notebook the search needs is missing or unreadable.
     """
     rows = _rows(db, assignment)
-    found, summary = assignment_lookalikes(rows, assignment, functions_of(assignment, rows), exercises, solutions)
+    found, summary = assignment_lookalikes(
+        rows, assignment, functions_of(assignment, rows), exercises=exercises, solutions=solutions
+    )
     pairs = tuple(
         ShownPair(
             number=i,
