@@ -6,6 +6,7 @@ import argparse
 import secrets
 import sys
 import threading
+from pathlib import Path
 
 from .cli_history import require_gradebook
 from .history import os_user
@@ -49,10 +50,22 @@ def _cmd_review(args: argparse.Namespace) -> int:
         app = create_app(
             args.db, exercises=args.exercises, solutions=args.solutions, token=secrets.token_urlsafe(32), grader=grader
         )
-        server = serve(app, port=args.port)
-    except (ValueError, OSError) as err:
-        print(f"course-lib review: {err}", file=sys.stderr)
+    except ValueError as err:
+        print(f"course-lib review: --grader: {err}", file=sys.stderr)
         return 2
+    try:
+        server = serve(app, port=args.port)
+    except OSError as err:
+        print(
+            f"course-lib review: --port: cannot listen on 127.0.0.1:{args.port} ({err.strerror or err})",
+            file=sys.stderr,
+        )
+        return 2
+    if not Path(args.exercises).is_dir():
+        print(
+            f"course-lib review: note: --exercises {args.exercises} is not a folder; the questions' text will be missing",
+            file=sys.stderr,
+        )
     print(f"Reviewing {args.db} as {app.config['REVIEW_GRADER']!r}; open (Ctrl-C stops):\n  {server.url}", flush=True)
     try:
         threading.Event().wait()

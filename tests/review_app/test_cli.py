@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.cookiejar
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -26,6 +27,18 @@ def test_review_refuses_a_port_out_of_range(tmp_path, capsys):
     db = class_gradebook(tmp_path / "g.sqlite")
     assert main(["review", "--db", str(db), "--port", "70000"]) == 2
     assert "--port: expected 0 to 65535, got 70000" in capsys.readouterr().err
+
+
+def test_review_refuses_a_port_in_use_and_an_empty_grader_name(tmp_path, capsys):
+    db = class_gradebook(tmp_path / "g.sqlite")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["review", "--db", str(db), "--port", str(port)]) == 2
+    assert f"--port: cannot listen on 127.0.0.1:{port} (Address already in use)" in capsys.readouterr().err
+    assert main(["review", "--db", str(db), "--grader", " "]) == 2
+    assert "--grader: grader: expected a name, got ' '" in capsys.readouterr().err
 
 
 def test_review_prints_a_url_with_its_token_and_serves_it_until_interrupted(tmp_path):

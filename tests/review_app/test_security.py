@@ -113,3 +113,13 @@ def make_app_with_token(tmp_path, token):
     from course_lib.autograder.review_app import create_app
 
     return create_app(tmp_path / "g.sqlite", exercises=ROOT, solutions=ROOT, token=token, grader="x")
+
+
+@pytest.mark.parametrize("target", ["//evil.example/", "/\\evil.example/", "https://evil.example/", ""])
+def test_setting_the_grader_name_never_redirects_to_another_site(app, target):
+    client = app.test_client()
+    login(client)
+    with app.test_request_context():
+        good = csrf_token()
+    response = client.post("/grader", data={"name": "ta", "csrf": good, "next": target})
+    assert response.status_code == 303 and response.headers["Location"] == "/"

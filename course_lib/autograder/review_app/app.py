@@ -64,7 +64,8 @@ def _set_grader_name() -> Response:
     if not name:
         abort(400, "name: expected a grader's name, got an empty one")
     back = request.form.get("next", "")
-    target = back if back.startswith("/") and not back.startswith("//") else url_for("answers.index")
+    # only a path of this server: "//host" and "/\\host" are other sites to a browser
+    target = back if back.startswith("/") and not back.startswith(("//", "/\\")) else url_for("answers.index")
     response = redirect(target, code=303)
     response.set_cookie("grader", name[:MAX_NAME], httponly=True, samesite="Strict", path="/")
     return response

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -56,13 +57,16 @@ def serve(app: Flask, *, host: str = "127.0.0.1", port: int = 0) -> ReviewServer
 
     Raises:
         ValueError: a host other than 127.0.0.1 or localhost.
-        OSError: the port is taken.
+        OSError: the port is taken (werkzeug's own exit turned into one).
     """
     if host not in ("127.0.0.1", "localhost"):
         raise ValueError(f"host: expected 127.0.0.1 or localhost (the app is local only), got {host!r}")
     # werkzeug logs every request line, the first one's token included: only warnings and errors
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = make_server(host, port, app, threaded=True)
+    try:
+        server = make_server(host, port, app, threaded=True)
+    except SystemExit:  # werkzeug exits when the port is taken (after saying so on stderr)
+        raise OSError(errno.EADDRINUSE, "Address already in use") from None
     app.config["REVIEW_PORT"] = server.server_port
     thread = threading.Thread(target=server.serve_forever, name="course-lib-review", daemon=True)
     thread.start()
