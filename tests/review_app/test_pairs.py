@@ -5,6 +5,8 @@ and a decision (dismissed / confirmed with a note) saved with the version the pa
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import pytest
 from conftest import ROOT
@@ -186,3 +188,25 @@ def test_without_the_course_notebooks_the_pairs_page_says_which_is_missing(db, t
     response = _client(app).get(f"/a/{A}/pairs")
     assert response.status_code == 503
     assert "--exercises: no notebook" in response.get_data(as_text=True)
+
+
+def test_requests_at_once_wait_for_one_computation_of_the_pairs(db, monkeypatch):
+    calls, started = [], threading.Event()
+    real = pair_list.compute_pairs
+
+    def slow(*args):
+        calls.append(args)
+        started.set()
+        time.sleep(0.3)  # the others arrive while it runs
+        return real(*args)
+
+    monkeypatch.setattr(pair_list, "compute_pairs", slow)
+    cache = pair_list.PairCache(db, ROOT / "exercises", ROOT / "solutions")
+    results: list[pair_list.AssignmentPairs] = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get(A))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert started.is_set() and len(calls) == 1
+    assert len(results) == 4 and all(r is results[0] for r in results)

@@ -120,7 +120,7 @@ def compute_pairs(db: str | Path, assignment: str, exercises: str | Path, soluti
 
 class PairCache:
     """Each assignment's pairs, computed on first use (one computation at a time per assignment,
-    other requests for it wait) and kept until :meth:`forget`."""
+    other requests for it wait) and kept for the app's lifetime."""
 
     def __init__(self, db: str | Path, exercises: str | Path, solutions: str | Path):
         self.db, self.exercises, self.solutions = db, exercises, solutions
@@ -136,8 +136,3 @@ class PairCache:
             if assignment not in self._pairs:
                 self._pairs[assignment] = compute_pairs(self.db, assignment, self.exercises, self.solutions)
             return self._pairs[assignment]
-
-    def forget(self, assignment: str) -> None:
-        """Drop an assignment's pairs: the next :meth:`get` computes them again."""
-        with self._lock:
-            self._pairs.pop(assignment, None)
