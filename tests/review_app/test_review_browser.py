@@ -130,6 +130,56 @@ def test_a_member_split_off_is_graded_apart(page, served):
     assert not page.problems, page.problems
 
 
+def test_two_graders_at_once_the_second_sees_the_first_change_keeps_their_input_and_can_save_again(browser, served):
+    server, db, _ = served
+    graders = []
+    for name in ("ta-one", "ta-two"):
+        context = browser.new_context()
+        tab = context.new_page()
+        tab.goto(server.url)
+        tab.get_by_label("Grading as").fill(name)
+        tab.get_by_role("button", name="Set name").click()
+        tab.goto(f"http://127.0.0.1:{server.port}{PAGE}")
+        graders.append((context, tab))
+    (first_context, first), (second_context, second) = graders
+    assert second.get_by_label("Grading as").input_value() == "ta-two"
+    one = first.locator("section.group").first
+    one.get_by_role("checkbox").first.check()
+    one.get_by_role("button", name="Save grade").click()
+    one.get_by_text("Saved.").wait_for()
+    two = second.locator("section.group").first  # read before ta-one saved
+    two.get_by_role("checkbox").nth(1).check()
+    two.get_by_label("Comment to the students").fill("my own words")
+    two.get_by_role("button", name="Save grade").click()
+    alert = two.get_by_role("alert")
+    alert.wait_for()
+    assert "changed by ta-one" in alert.inner_text() and "They gave 2 points" in alert.inner_text()
+    assert two.get_by_label("Comment to the students").input_value() == "my own words"
+    assert {g.by for g in _grades(db).values()} == {"ta-one"}
+    two.get_by_role("button", name="Save grade").click()  # knowingly, over ta-one's grade
+    two.get_by_text("Saved.").wait_for()
+    assert {(g.by, g.comment, g.points) for g in _grades(db).values()} == {("ta-two", "my own words", 0.0)}
+    first_context.close()
+    second_context.close()
+
+
+def test_without_javascript_a_group_is_graded_by_a_plain_form_post(browser, served):
+    server, db, _ = served
+    context = browser.new_context(java_script_enabled=False)
+    tab = context.new_page()
+    tab.goto(server.url)
+    tab.goto(f"http://127.0.0.1:{server.port}{PAGE}")
+    fay = tab.locator("section.group", has=tab.locator('li[data-student="fay"]'))
+    fay.get_by_role("checkbox").first.check()
+    fay.get_by_role("button", name="Save grade").click()
+    tab.wait_for_load_state()
+    assert "?saved=" in tab.url
+    fay = tab.locator("section.group", has=tab.locator('li[data-student="fay"]'))
+    assert fay.get_by_text("Saved.").is_visible() and fay.get_by_text("Graded: 2 points").is_visible()
+    assert {s: g.points for s, g in _grades(db).items()} == {"fay": 2.0}
+    context.close()
+
+
 @pytest.mark.parametrize("mode", ["light", "dark"])
 def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_errors(browser, served, mode):
     server, _, _ = served

@@ -123,3 +123,11 @@ def test_setting_the_grader_name_never_redirects_to_another_site(app, target):
         good = csrf_token()
     response = client.post("/grader", data={"name": "ta", "csrf": good, "next": target})
     assert response.status_code == 303 and response.headers["Location"] == "/"
+
+
+def test_only_the_apps_own_static_files_are_served(app):
+    client = app.test_client()
+    login(client)
+    assert client.get("/static/app.js").mimetype == "text/javascript"
+    for path in ("/static/../app.py", "/static/%2e%2e/app.py", "/static/templates/base.html", "/static/nothing.css"):
+        assert client.get(path).status_code == 404, path

@@ -39,7 +39,9 @@ def create_app(db: str | Path, *, exercises: str | Path, solutions: str | Path, 
         raise ValueError(f"token: expected at least 32 characters, got {len(token)}")
     if not grader.strip():
         raise ValueError(f"grader: expected a name, got {grader!r}")
-    app = Flask(__name__)
+    # the static files are served from memory (_static_files): a browser that drops a request
+    # half-way would leave werkzeug's open file to the garbage collector
+    app = Flask(__name__, static_folder=None)
     app.config.update(
         STORE_DB=str(db),
         EXERCISES=str(exercises),
@@ -53,9 +55,30 @@ def create_app(db: str | Path, *, exercises: str | Path, solutions: str | Path, 
     install_guards(app)
     app.teardown_appcontext(close_gradebook)
     app.add_url_rule("/grader", "set_grader", _set_grader_name, methods=["POST"])
+    files = _static_files()
+    app.add_url_rule("/static/<path:filename>", "static", lambda filename: _static(files, filename))
     for blueprint in (answers, held, pairs):
         app.register_blueprint(blueprint)
     return app
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """The app's style sheets and script (``static/``): name -> (content, MIME type)."""
+    folder = Path(__file__).with_name("static")
+    types = {".css": "text/css", ".js": "text/javascript"}
+    return {
+        p.name: (p.read_bytes(), types.get(p.suffix, "application/octet-stream"))
+        for p in folder.iterdir()
+        if p.is_file()
+    }
+
+
+def _static(files: dict[str, tuple[bytes, str]], filename: str) -> Response:
+    """GET /static/NAME: one of the app's own files (404 for any other name)."""
+    if filename not in files:
+        abort(404)
+    data, mimetype = files[filename]
+    return Response(data, mimetype=mimetype)
 
 
 def _set_grader_name() -> Response:
