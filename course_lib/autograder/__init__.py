@@ -18,7 +18,9 @@ keep the gradebook, export it.
 - :mod:`.identity`: who a student is (folder names, roster logins, LMS ids compared alike)
 - :mod:`.exports`: CSV, Canvas, a wide table, Gradescope results and feedback reports
 - :mod:`.gradescope`: Gradescope's autograder bundle; :mod:`.gradescope_run`: what it runs there
-- :mod:`.lookalike`: look-alike submissions (winnowed fingerprints of the graded functions)
+- :mod:`.lookalike`: look-alike submissions (winnowed fingerprints of the graded functions),
+  :mod:`.lookalike_regions` (matched lines, provided text), :mod:`.compared` (what is compared:
+  a graded function and the notebook's own helpers it reaches)
 - :mod:`.class_report`: the class report (scores, mistakes, items, look-alikes, answers)
 - :mod:`.sandbox`: running student code isolated, and the wire protocol to it (it knows no rubric)
 - :mod:`.sandbox_adapter`: what the sandbox needs from the rules (watch lists, the stand-in

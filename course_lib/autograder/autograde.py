@@ -25,6 +25,7 @@ from ..grading.model import Outcome
 from ..grading.registry import ASSIGNMENTS, exercise, exercises_of
 from ..grading.report import Report
 from ..grading.standins import composed, static_callees
+from .compared import compared_sources
 from .notebook import NotebookError, code_cells, function_sources, think_answers
 from .record import Record, RecordStatus
 from .sandbox.jobs import Arguments
@@ -305,7 +306,8 @@ def grade_submission(data: bytes, assignment: str, runner: Runner, seed: int | N
         return refused_record(assignment, str(e), digest, isolation, seed)
     scan = NotebookScan(cells)
     sources = function_sources(cells, [ex.name for ex in exercises])
-    written = {"sources": sources, "answers": think_answers(data)}
+    compared = compared_sources(scan, [ex.name for ex in exercises])  # with the helpers they reach
+    written = {"sources": compared, "answers": think_answers(data)}
     fallbacks = sum(ex.unchanged(seed) for ex in exercises) if seed is not None else 0
     review = scan.review_flags()
     if review:

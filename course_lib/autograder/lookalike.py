@@ -17,18 +17,32 @@ Schleimer, Wilkerson and Aiken, "Winnowing: local algorithms for document finger
 - **Fingerprints.** Hashes of the k-grams of normalised tokens (a Rabin-Karp rolling hash over
   blake2b hashes of the tokens: the same on every machine and run), robustly winnowed with a
   window of ``W`` k-grams: any match of at least ``t = W + K - 1`` normalised tokens
-  (:data:`GUARANTEE`) shares a fingerprint; none shorter than ``K`` does. A fingerprint is
-  matched only within the same graded function.
-- **Exclusions.** Fingerprints of the starter code (the exercise's stubs: signature, docstring,
-  ``raise NotImplementedError()``) never count. Between students, the solution's fingerprints
-  (MOSS's base file) and those in more than ``common`` of the submissions (at least
-  :data:`COMMON_FLOOR`: idioms every correct solution has, like MOSS's ``-m``) are dropped too.
-  Against the solution itself (the pair with :data:`REFERENCE`) only the starter is dropped.
-- **Similarity** of two submissions: shared distinct kept fingerprints / the distinct kept
-  fingerprints of the smaller one (so a copy inside a longer submission still scores 1).
-  Submissions with fewer than :data:`MIN_FINGERPRINTS` kept fingerprints (blanks) are never paired.
-  Candidate pairs come from an inverted index (fingerprint -> submissions), not from comparing
-  all pairs.
+  (:data:`GUARANTEE`) shares a fingerprint; none shorter than ``K`` does.
+- **What is compared.** Per graded function, the text records store (:mod:`.compared`): the
+  function, then the notebook's own helpers it reaches, so a one-line wrapper is compared by
+  what it wraps. Fingerprints are matched only within the same graded function.
+- **Provided text never counts** (:mod:`.lookalike_regions`). Every k-gram of the release (the
+  starter stubs and every code cell of the exercise notebook: signatures, docstrings, comments,
+  provided helpers), not only its winnowed ones, is excluded. A fingerprint whose k-gram touches
+  a line that is a line of a starter stub (the signature, the docstring, the placeholder) is
+  dropped too, and no region runs across one: a provided docstring is never highlighted.
+  Between students, the solution's fingerprints (MOSS's base file) and those in more than
+  ``common`` of the submissions (at least :data:`COMMON_FLOOR`: idioms every correct solution
+  has, like MOSS's ``-m``) are dropped too. Against the solution itself (the pair with
+  :data:`REFERENCE`) only the provided text is dropped.
+- **Similarity** of two submissions: shared distinct kept fingerprints / max(the distinct kept
+  fingerprints of the smaller one, :data:`EVIDENCE`). So a copy inside a longer submission
+  still scores 1, and **tiny code is no evidence**: code with fewer than ``EVIDENCE = 16``
+  kept fingerprints scores at most its size / 16. Measured on the course's own functions
+  (solutions/*.ipynb, provided text excluded): a one-line body keeps 1 (``return MyPE(d)(x)``)
+  to 7 (a chain of four method calls), so two identical one-liners score at most 7/16, under
+  :data:`THRESHOLD`; two identical statements (a stable softmax) keep 10 and score 0.625; a
+  short function keeps 3 to 18 (``dot_score`` 3, ``merge_heads`` 7,
+  ``scaled_dot_product_attention`` 18), and a copy of one alone reaches 0.5 from 8; a whole
+  assignment's solution keeps 20 (05, layer norm) to 122 (07), so a copy of any real
+  submission is never scaled down. Submissions with fewer than :data:`MIN_FINGERPRINTS` kept
+  fingerprints (blanks) are never paired. Candidate pairs come from an inverted index
+  (fingerprint -> submissions), not from comparing all pairs.
 
 A pair is evidence for a person to look at, not a verdict: short functions that have one natural
 form look alike without any copying.
@@ -43,14 +57,17 @@ import keyword
 import math
 import tokenize
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 from typing import Any
 
+from .lookalike_regions import Gram, Printed, Region, printed, provided_lines, regions
+
 __all__ = [
     "REFERENCE",
+    "EVIDENCE",
     "K",
     "W",
     "GUARANTEE",
@@ -79,6 +96,9 @@ COMMON = 0.1
 COMMON_FLOOR = 5
 #: Submissions with fewer kept fingerprints than this (blanks) are not compared.
 MIN_FINGERPRINTS = 4
+#: Below this many kept fingerprints, a submission is too small to be evidence: a pair's similarity
+#: is its shared fingerprints over max(the smaller submission's kept fingerprints, EVIDENCE).
+EVIDENCE = 16
 
 #: Module names (and their usual aliases) kept as written: ``torch.sum`` is not ``np.sum``.
 MODULES = frozenset(
@@ -96,15 +116,6 @@ _CLOSERS = frozenset({")", "]", "}"})
 _SKIPPED = frozenset({tokenize.ENCODING, tokenize.COMMENT, tokenize.NL, tokenize.ENDMARKER})
 _P = (1 << 61) - 1  # a Mersenne prime: the rolling hash's modulus
 _B = 1_000_003
-
-
-@dataclass(frozen=True)
-class Region:
-    """Matched lines of one graded function, in both sources (1-based, inclusive)."""
-
-    function: str
-    a_lines: tuple[int, int]
-    b_lines: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -280,10 +291,16 @@ def _token_value(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big") % _P
 
 
-def _grams(source: str, k: int, window: int) -> list[tuple[int, int, int, int]]:
+def _grams(source: str, k: int, window: int) -> list[Gram]:
     """The winnowed fingerprints of ``source`` as ``(hash, first line, last line, position)``, in
     order; ``position`` is the k-gram's index in the normalised tokens."""
     toks = normalise(source)
+    hashes = _hashes(toks, k)
+    return [(hashes[i], toks[i][1], toks[i + k - 1][1], i) for i in _winnow(hashes, window)] if hashes else []
+
+
+def _hashes(toks: list[tuple[str, int]], k: int) -> list[int]:
+    """The rolling hash of every k-gram of ``toks``, in order (none when fewer than ``k``)."""
     n = len(toks) - k + 1
     if n <= 0:
         return []
@@ -296,7 +313,7 @@ def _grams(source: str, k: int, window: int) -> list[tuple[int, int, int, int]]:
     for i in range(1, n):
         h = ((h - values[i - 1] * top) * _B + values[i + k - 1]) % _P
         hashes.append(h)
-    return [(hashes[i], toks[i][1], toks[i + k - 1][1], i) for i in _winnow(hashes, window)]
+    return hashes
 
 
 def _winnow(hashes: list[int], window: int) -> list[int]:
@@ -339,7 +356,7 @@ def fingerprints(source: str, k: int = K, window: int = W) -> list[tuple[int, in
     return [(h, first) for h, first, _, _ in _grams(source, k, window)]
 
 
-_Prints = dict[str, list[tuple[int, int, int, int]]]  # graded function -> its fingerprints
+_Prints = dict[str, Printed]  # graded function -> its fingerprints
 _Key = tuple[str, int]  # (graded function, hash)
 
 
@@ -348,16 +365,20 @@ def find_lookalikes(
     *,
     starter: Mapping[str, str],
     solution: Mapping[str, str],
+    provided: Sequence[str] = (),
     threshold: float = THRESHOLD,
     common: float = COMMON,
 ) -> list[Pair]:
     """Pairs at or above threshold, most similar first (students' pairs and pairs with REFERENCE).
 
     Args:
-        sources: student -> graded function -> that function's source. A source that does not
-            tokenize is skipped (the student's other functions still count).
-        starter: graded function -> the starter stub's source (``{}`` allowed).
+        sources: student -> graded function -> that function's source (with the helpers it
+            reaches: :mod:`.compared`). A source that does not tokenize is skipped (the
+            student's other functions still count).
+        starter: graded function -> the starter stub's source (``{}`` allowed): provided text.
         solution: graded function -> the solution's source (``{}`` allowed).
+        provided: more text of the release (the exercise notebook's code cells): none of its
+            k-grams counts.
         threshold: the smallest similarity reported, in [0, 1].
         common: fingerprints in more than this share of the (non-blank) submissions are
             ignored between students, in (0, 1].
@@ -366,12 +387,13 @@ def find_lookalikes(
         :class:`Pair` objects sorted by similarity, then shared fingerprints, then names.
         Students' pairs have ``a < b``; a pair with the solution has ``b == REFERENCE``.
     """
-    _check(sources, starter, solution, threshold, common)
-    cache: dict[str, list[tuple[int, int, int, int]]] = {}
-    base = {g[0] for gs in _prints_of(starter, cache).values() for g in gs}
-    sol_prints = _prints_of(solution, cache)
+    _check(sources, starter, solution, provided, threshold, common)
+    cache: dict[str, Printed] = {}
+    lines = frozenset(line.strip() for src in starter.values() for line in src.split("\n"))
+    base = _every_hash([*starter.values(), *provided])
+    sol_prints = _prints_of(solution, cache, lines)
     sol_keys = _keys(sol_prints, base)
-    prints = {s: _prints_of(functions, cache) for s, functions in sources.items()}
+    prints = {s: _prints_of(functions, cache, lines) for s, functions in sources.items()}
     own = {s: _keys(p, base) for s, p in prints.items()}
     students = sorted(s for s in own if own[s])
 
@@ -391,28 +413,40 @@ def find_lookalikes(
     pairs = []
     for (i, j), shared in counts.items():
         a, b = students[i], students[j]
-        similarity = shared / min(len(kept[a]), len(kept[b]))
+        similarity = shared / max(min(len(kept[a]), len(kept[b])), EVIDENCE)
         if similarity >= threshold:
-            pairs.append(Pair(a, b, similarity, shared, _regions(prints[a], prints[b], kept[a] & kept[b])))
+            pairs.append(Pair(a, b, similarity, shared, regions(prints[a], prints[b], kept[a] & kept[b], K)))
     if len(sol_keys) >= MIN_FINGERPRINTS:
         for s in students:
             both = own[s] & sol_keys
             if len(own[s]) < MIN_FINGERPRINTS or not both:
                 continue
-            similarity = len(both) / min(len(own[s]), len(sol_keys))
+            similarity = len(both) / max(min(len(own[s]), len(sol_keys)), EVIDENCE)
             if similarity >= threshold:
-                pairs.append(Pair(s, REFERENCE, similarity, len(both), _regions(prints[s], sol_prints, both)))
+                pairs.append(Pair(s, REFERENCE, similarity, len(both), regions(prints[s], sol_prints, both, K)))
     pairs.sort(key=lambda p: (-p.similarity, -p.shared, p.a, p.b))
     return pairs
 
 
-def _prints_of(functions: Mapping[str, str], cache: dict[str, list[tuple[int, int, int, int]]]) -> _Prints:
-    """Each function's fingerprints (a source that does not tokenize left out), ``cache``d by source."""
+def _every_hash(texts: Sequence[str]) -> set[int]:
+    """The hash of every k-gram (winnowed or not) of ``texts``; a text that does not tokenize adds none."""
+    out: set[int] = set()
+    for text in texts:
+        try:
+            out.update(_hashes(normalise(text), K))
+        except ValueError:
+            continue
+    return out
+
+
+def _prints_of(functions: Mapping[str, str], cache: dict[str, Printed], lines: frozenset[str]) -> _Prints:
+    """Each function's fingerprints, those touching a provided line (of ``lines``) left out
+    (:func:`~.lookalike_regions.printed`); a source that does not tokenize is left out. ``cache``d by source."""
     out: _Prints = {}
     for f, src in functions.items():
         if src not in cache:
             try:
-                cache[src] = _grams(src, K, W)
+                cache[src] = printed(_grams(src, K, W), provided_lines(src, lines))
             except ValueError:
                 continue
         out[f] = cache[src]
@@ -420,59 +454,10 @@ def _prints_of(functions: Mapping[str, str], cache: dict[str, list[tuple[int, in
 
 
 def _keys(prints: _Prints, base: set[int]) -> set[_Key]:
-    return {(f, g[0]) for f, gs in prints.items() for g in gs if g[0] not in base}
+    return {(f, g[0]) for f, p in prints.items() for g in p.grams if g[0] not in base}
 
 
-def _regions(a: _Prints, b: _Prints, keys: set[_Key]) -> tuple[Region, ...]:
-    """Matched fingerprints merged into line ranges per function: fingerprints whose k-grams
-    overlap or touch in both sources make one region, and so do regions whose lines overlap or
-    touch in both. Where a hash occurs more than once in ``b``, the occurrence that keeps
-    ``b``'s offset from ``a`` (in tokens) is taken."""
-    regions: list[Region] = []
-    for f in sorted(a.keys() & b.keys()):
-        wanted = {h for g, h in keys if g == f}
-        where: defaultdict[int, list[tuple[int, int, int]]] = defaultdict(list)
-        for h, first, last, pos in b[f]:
-            if h in wanted:
-                where[h].append((pos, first, last))
-        run: list[int] = []  # a's first line, last line, last position; the same for b
-        offset = 0
-        for h, first, last, pos in a[f]:
-            if h not in wanted:
-                continue
-            pb, bf, bl = min(where[h], key=lambda o: abs(o[0] - pos - offset))
-            if run and 0 < pos - run[2] <= K and 0 < pb - run[5] <= K:
-                run = [run[0], max(run[1], last), pos, min(run[3], bf), max(run[4], bl), pb]
-            else:
-                if run:
-                    regions.append(Region(f, (run[0], run[1]), (run[3], run[4])))
-                run = [first, last, pos, bf, bl, pb]
-            offset = pb - pos
-        if run:
-            regions.append(Region(f, (run[0], run[1]), (run[3], run[4])))
-    return tuple(_merged(regions))
-
-
-def _merged(regions: list[Region]) -> list[Region]:
-    """``regions`` (in order per function) with neighbours whose lines overlap or touch in both
-    sources made one."""
-    out: list[Region] = []
-    for r in regions:
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last.function == r.function
-            and last.a_lines[0] <= r.a_lines[0] <= last.a_lines[1] + 1
-            and last.b_lines[0] <= r.b_lines[0] <= last.b_lines[1] + 1
-        ):
-            a = (last.a_lines[0], max(last.a_lines[1], r.a_lines[1]))
-            out[-1] = Region(r.function, a, (last.b_lines[0], max(last.b_lines[1], r.b_lines[1])))
-        else:
-            out.append(r)
-    return out
-
-
-def _check(sources: Any, starter: Any, solution: Any, threshold: Any, common: Any) -> None:
+def _check(sources: Any, starter: Any, solution: Any, provided: Any, threshold: Any, common: Any) -> None:
     """A clear TypeError or ValueError for each argument of the wrong type or out of range."""
     if not isinstance(sources, Mapping):
         raise TypeError(f"sources: expected a mapping student -> functions, got {type(sources).__name__}")
@@ -484,6 +469,11 @@ def _check(sources: Any, starter: Any, solution: Any, threshold: Any, common: An
         _check_functions(f"sources[{student!r}]", functions)
     _check_functions("starter", starter)
     _check_functions("solution", solution)
+    if isinstance(provided, str) or not isinstance(provided, Sequence):
+        raise TypeError(f"provided: expected a sequence of str, got {type(provided).__name__}")
+    for text in provided:
+        if not isinstance(text, str):
+            raise TypeError(f"provided: expected a sequence of str, got an item of type {type(text).__name__}")
     for name, value, low_open in (("threshold", threshold, False), ("common", common, True)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{name}: expected a float, got {type(value).__name__}")

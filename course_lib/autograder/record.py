@@ -91,7 +91,9 @@ class Record:
         seed: the instructor's seed the inputs were drawn from; None: the self-check's inputs.
         fixed_cases: cases whose inputs under ``seed`` equal the self-check's.
         flags: forbidden calls, tampering, use of the reference (for the instructor).
-        sources: graded function -> the source of its last top-level ``def``.
+        sources: graded function -> the source of its last top-level ``def``, then the
+            notebook's own helpers it reaches (:mod:`~.compared`; records graded before that
+            carry the ``def`` alone).
         answers: the "think about it" answers, ``[{"id", "answer"}]``.
         submitted_at: the submission time (ISO 8601), None when unknown (on time).
         late: the late penalty, None when on time.

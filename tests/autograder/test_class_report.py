@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.class_report import ReportError, build_data, write_report
 from course_lib.autograder.class_report.items import item_statistics
+from course_lib.autograder.compared import compared_sources
 from course_lib.autograder.notebook import (
     MAX_ANSWER_CHARS,
     MAX_SOURCE_CHARS,
@@ -31,6 +32,7 @@ from course_lib.autograder.notebook import (
 )
 from course_lib.autograder.record import STAMP_KEYS, STATUSES, Late, Record
 from course_lib.cli import main
+from course_lib.grading.forbidden.notebook import NotebookScan
 
 A = "02_self_attention"
 DEADLINE = "2026-11-23T23:59:00+00:00"
@@ -166,7 +168,7 @@ def test_a_graded_record_carries_the_sources_and_answers(tmp_path):
     with Runner(mode="off", slot=4711, watch=watch_lists()) as runner:
         record = grade_submission(data, A, runner)
     assert record.status == "graded"
-    assert record.sources == function_sources(code_cells(data), FUNCTIONS)
+    assert record.sources == compared_sources(NotebookScan(code_cells(data)), FUNCTIONS)
     assert set(record.sources) == set(FUNCTIONS)
     assert list(record.answers) == think_answers(data) and all(a["answer"] for a in record.answers)
     for key in ("assignment", "sha256", "status", "score", "max_score", "messages", "functions", "flags"):

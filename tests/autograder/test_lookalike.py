@@ -434,9 +434,11 @@ def test_fingerprints_are_the_same_in_every_process(tmp_path):
     (tmp_path / "src.py").write_text(src)
     module = ROOT / "course_lib" / "autograder" / "lookalike.py"  # loaded alone: no torch to import
     code = (
-        "import sys, json, importlib.util as u\n"
-        f"spec = u.spec_from_file_location('lookalike', {str(module)!r})\n"
-        "m = sys.modules['lookalike'] = u.module_from_spec(spec)\n"
+        "import sys, json, types, importlib.util as u\n"
+        "pkg = sys.modules['lk'] = types.ModuleType('lk')\n"  # a bare package for its relative imports
+        f"pkg.__path__ = [{str(module.parent)!r}]\n"
+        f"spec = u.spec_from_file_location('lk.lookalike', {str(module)!r})\n"
+        "m = sys.modules['lk.lookalike'] = u.module_from_spec(spec)\n"
         "spec.loader.exec_module(m)\n"
         "print(json.dumps(m.fingerprints(open(sys.argv[1]).read())))"
     )
@@ -549,6 +551,8 @@ def test_regions_point_at_the_copied_lines():
         ({"sources": {REFERENCE: {}}}, "sources: a student may not be named"),
         ({"sources": {"a": {"softmax": 3}}}, "sources['a']: expected str -> str"),
         ({"starter": None}, "starter: expected a mapping"),
+        ({"provided": "def f(): pass"}, "provided: expected a sequence of str, got str"),
+        ({"provided": [b"code"]}, "provided: expected a sequence of str, got an item of type bytes"),
         ({"threshold": 1.5}, "threshold: expected a number in [0, 1]"),
         ({"threshold": "high"}, "threshold: expected a float"),
         ({"common": 0.0}, "common: expected a number in (0, 1]"),

@@ -17,7 +17,10 @@ def _routes(app) -> list[tuple[str, str]]:
     """Every route of the app as (method, a URL of it), the static files included."""
     out = []
     for rule in app.url_map.iter_rules():
-        values = {arg: {"filename": "app.css"}.get(arg, A if arg == "assignment" else Q) for arg in rule.arguments}
+        values = {
+            arg: {"filename": "app.css", "number": 1}.get(arg, A if arg == "assignment" else Q)
+            for arg in rule.arguments
+        }
         path = rule.build(values)[1] if rule.arguments else rule.rule
         out += [(m, path) for m in sorted(rule.methods - {"HEAD", "OPTIONS"})]
     return out

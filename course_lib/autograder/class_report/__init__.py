@@ -25,7 +25,10 @@ look-alike submissions and the "think about it" answers. Written as a static sit
     ``pass_rate``, ``discrimination`` (null when undefined), ``flags``: see :mod:`.items`;
   - ``lookalikes``: ``compared``, ``student_pairs``, ``reference_pairs``, ``pairs`` (``a``,
     ``b``, ``similarity``, ``shared``, ``regions``: see :mod:`course_lib.autograder.lookalike`;
-    ``reference``: true when ``b`` is the reference solution, whose lines are then not shown);
+    ``reference``: true when ``b`` is the reference solution, whose lines are then not shown;
+    ``decision``: a grader's decision in ``course-lib review``, ``verdict`` (``confirmed`` or
+    ``dismissed``), ``note``, ``by``, ``at``, or null when undecided: see :mod:`.decisions`),
+    ``confirmed_pairs``, ``dismissed_pairs``;
   - ``answers``: per question of the exercise notebook (then any other id the records hold),
     ``id``, ``number``, ``question`` (its Markdown), ``answered``, ``unanswered``, ``answers``
     (``student``, ``answer`` as the student wrote it, ``images``: the names of its pasted images,
@@ -48,8 +51,9 @@ from typing import Any
 from ..answer_text import Question, QuestionsError, questions
 from .answers import Images, answer_images, answers_by_question
 from .data import ReportError, functions_of, load, mistakes, page_name, score_summary
+from .decisions import pair_decisions, with_decisions
 from .items import FLAGS, item_statistics
-from .pairs import lookalikes, notebook_functions, student_sources
+from .pairs import assignment_lookalikes, student_sources
 
 __all__ = ["build_data", "write_report", "ReportResult", "ReportError"]
 
@@ -106,6 +110,7 @@ def build_data(
         "assignments": [],
     }
     all_sources = {}
+    decided = pair_decisions(db, cls.assignments)
     for i, (name, rows) in enumerate(cls.assignments.items()):
         t0 = time.perf_counter()
         functions = functions_of(name, rows)
@@ -122,12 +127,13 @@ def build_data(
         }
         t1 = time.perf_counter()
         seconds["statistics"] += t1 - t0
-        starter = notebook_functions(exercises, name, functions, "--exercises")
+        pairs, summary = assignment_lookalikes(
+            rows, name, functions, exercises=exercises, solutions=solutions, threshold=threshold
+        )
+        with_decisions(pairs, summary, decided[name])
         entry["answers"] = answers_by_question(rows, _questions(exercises, name))
         if images is not None:
             images[name] = answer_images(rows)
-        solution = notebook_functions(solutions, name, functions, "--solutions")
-        pairs, summary = lookalikes(rows, starter, solution, threshold)
         entry["lookalikes"] = {**summary, "pairs": pairs}
         all_sources[name] = student_sources(rows)
         seconds["look-alikes"] += time.perf_counter() - t1

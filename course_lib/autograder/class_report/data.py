@@ -20,7 +20,17 @@ from ...grading.registry import ASSIGNMENTS
 from ..gradebook import Gradebook
 from ..record import STATUSES, Record
 
-__all__ = ["ClassData", "Row", "load", "functions_of", "score_summary", "mistakes", "page_name", "ReportError"]
+__all__ = [
+    "ClassData",
+    "Row",
+    "load",
+    "functions_of",
+    "score_summary",
+    "mistakes",
+    "explained",
+    "page_name",
+    "ReportError",
+]
 
 #: One submission: (student id, its record).
 Row = tuple[str, Record]
@@ -118,8 +128,67 @@ def _function(record: Record, name: str) -> dict[str, Any] | None:
     return None
 
 
+def explained(fr: dict[str, Any], function: str) -> dict[str, list[str]]:
+    """One student's named mistakes of one function, each with the tests it explains, one
+    mistake per explanation, by the grader's own rule (:func:`course_lib.grading.judging._diagnose`,
+    so a record graded before that rule counts as a new one would): a mistake is left out when
+    another explains every test it explains and more (it matches less well), or when one seen
+    before it explains exactly the same tests (the outputs cannot tell the two apart, as a
+    ``-1e9`` fill that both the -1e9 and the -1e4 mistakes explain). So the one kept is the one
+    that explains the most tests, then the first in the exercise's order (the order of a
+    result's ``diagnoses``); the others are not listed with it. An in-place change (``your f
+    changed its ...``) is another kind of mistake: always kept, never merged.
+
+    Args:
+        fr: the function's report in a record (``Report.to_dict()``).
+        function: the graded function's name.
+
+    Returns:
+        Mistake -> the names of the tests it explains, in the order first seen.
+    """
+    where: dict[str, list[str]] = {}
+    for res in fr.get("results", []):
+        for text in res.get("diagnoses") or []:
+            where.setdefault(str(text), []).append(str(res.get("name", "")))
+    inplace = f"your {function} changed its "
+    values = {m: frozenset(t) for m, t in where.items() if not m.startswith(inplace)}
+    kept: list[frozenset[str]] = []
+    out = {}
+    for m, tests in where.items():
+        if m in values:
+            if any(values[m] < other for other in values.values()) or values[m] in kept:
+                continue
+            kept.append(values[m])
+        out[m] = tests
+    return out
+
+
+def _tally(
+    named: dict[str, dict[str, Any]], unknown: dict[str, list[str]], student: str, fr: dict[str, Any], function: str
+) -> None:
+    """Add one student's report of ``function`` to the named mistakes and the unrecognised failures."""
+    counted = explained(fr, function)
+    for res in fr.get("results", []):
+        for text in res.get("diagnoses") or []:
+            if text not in counted:
+                continue
+            entry = named.setdefault(text, {"students": {}, "tests": {}, "feedback": Counter()})
+            entry["students"][student] = None
+            entry["tests"][str(res.get("name", ""))] = None
+            if res.get("feedback"):
+                entry["feedback"][str(res["feedback"])] += 1
+        failed = not res.get("passed") and not res.get("withheld") and not res.get("diagnoses")
+        if failed and fr.get("status") == "failed":
+            students = unknown.setdefault(str(res.get("name", "")), [])
+            if not students or students[-1] != student:
+                students.append(student)
+
+
 def mistakes(rows: list[Row], functions: list[str]) -> list[dict[str, Any]]:
     """Per graded function, what the class (its graded records) got wrong.
+
+    A student is counted once per mistake the feedback names: two named mistakes that explain
+    the same failed tests of the student's function count as the one kept by :func:`explained`.
 
     Returns:
         One dict per function: ``function``, ``statuses`` (students per function status),
@@ -140,18 +209,7 @@ def mistakes(rows: list[Row], functions: list[str]) -> list[dict[str, Any]]:
             if fr is None:
                 continue
             status[str(fr.get("status", ""))] += 1
-            for res in fr.get("results", []):
-                for text in res.get("diagnoses") or []:
-                    entry = named.setdefault(text, {"students": {}, "tests": {}, "feedback": Counter()})
-                    entry["students"][student] = None
-                    entry["tests"][str(res.get("name", ""))] = None
-                    if res.get("feedback"):
-                        entry["feedback"][str(res["feedback"])] += 1
-                failed = not res.get("passed") and not res.get("withheld") and not res.get("diagnoses")
-                if failed and fr.get("status") == "failed":
-                    students = unknown.setdefault(str(res.get("name", "")), [])
-                    if not students or students[-1] != student:
-                        students.append(student)
+            _tally(named, unknown, student, fr, name)
         ranked = sorted(named.items(), key=lambda kv: (-len(kv[1]["students"]), kv[0]))
         out.append(
             {

@@ -14,6 +14,7 @@ from html import escape
 from typing import Any
 
 from ..answer_text import render_markdown
+from ..code_view import numbered_code
 from .answers import Images
 
 __all__ = ["index_page", "assignment_page", "DETAILED_PAIRS", "LISTED_PAIRS"]
@@ -208,16 +209,13 @@ def _items(a: dict[str, Any], flags: dict[str, str]) -> str:
     )
 
 
-def _code(source: str, ranges: list[tuple[int, int]]) -> str:
-    lines = source.split("\n")
-    marked = {n for lo, hi in ranges for n in range(lo, hi + 1)}
-    return (
-        "<pre>"
-        + "".join(
-            f"<span{' class=hl' if n in marked else ''}><i>{n}</i>{_e(line)}</span>" for n, line in enumerate(lines, 1)
-        )
-        + "</pre>"
-    )
+def _decision(d: dict[str, Any] | None) -> str:
+    """A grader's decision on a pair (``course-lib review``), escaped:
+    ``confirmed by ann at 2026-12-01T10:00:00Z: note``."""
+    if not d:
+        return "<span class=muted>undecided</span>"
+    note = f": {_e(d['note'])}" if d["note"] else ""
+    return f"<b>{_e(d['verdict'])}</b> by {_e(d['by'])} at {_e(d['at'])}{note}"
 
 
 def _lookalikes(a: dict[str, Any], sources: dict[str, dict[str, str]]) -> str:
@@ -240,26 +238,29 @@ def _lookalikes(a: dict[str, Any], sources: dict[str, dict[str, str]]) -> str:
         other = "<em>matches the reference solution</em>" if p["reference"] else _e(p["b"])
         link = f'<a href="#pair-{i}">{i}</a>' if i <= DETAILED_PAIRS else str(i)
         functions = sorted({r["function"] for r in p["regions"]})
-        rows.append([link, _e(p["a"]), other, _pct(p["similarity"]), str(p["shared"]), _e(", ".join(functions))])
+        row = [link, _e(p["a"]), other, _pct(p["similarity"]), str(p["shared"]), _e(", ".join(functions))]
+        rows.append([*row, _decision(p.get("decision"))])
     if rows:
-        out.append(_table(["#", "student", "looks like", "similarity", "shared", "functions"], rows, {3, 4}))
+        head = ["#", "student", "looks like", "similarity", "shared", "functions", "decision"]
+        out.append(_table(head, rows, {3, 4}))
     if len(pairs) > LISTED_PAIRS:
         out.append(f"<p class=muted>{len(pairs) - LISTED_PAIRS} more pair(s) in data.json.</p>\n")
     for i, p in enumerate(pairs[:DETAILED_PAIRS], 1):
         ref = p["reference"]
         title = f"{_e(p['a'])} matches the reference solution" if ref else f"{_e(p['a'])} and {_e(p['b'])}"
         out.append(f'<h3 id="pair-{i}">{i}. {title} ({_pct(p["similarity"])}, {p["shared"]} shared)</h3>\n')
+        out.append(f"<p>Decision: {_decision(p.get('decision'))}</p>\n")
         by_function: dict[str, list[dict[str, Any]]] = {}
         for r in p["regions"]:
             by_function.setdefault(r["function"], []).append(r)
         for function, regions in by_function.items():
             a_src = sources.get(p["a"], {}).get(function, "")
-            left = f"<div><p><b>{_e(p['a'])}</b>: <code>{_e(function)}</code></p>{_code(a_src, [tuple(r['a_lines']) for r in regions])}</div>"
+            left = f"<div><p><b>{_e(p['a'])}</b>: <code>{_e(function)}</code></p>{numbered_code(a_src, [tuple(r['a_lines']) for r in regions])}</div>"
             if ref:  # never the solution's code
                 right = "<div><p><em>matches the reference solution</em>: the highlighted lines share fingerprints with it (its code is not shown).</p></div>"
             else:
                 b_src = sources.get(p["b"], {}).get(function, "")
-                right = f"<div><p><b>{_e(p['b'])}</b>: <code>{_e(function)}</code></p>{_code(b_src, [tuple(r['b_lines']) for r in regions])}</div>"
+                right = f"<div><p><b>{_e(p['b'])}</b>: <code>{_e(function)}</code></p>{numbered_code(b_src, [tuple(r['b_lines']) for r in regions])}</div>"
             out.append(f'<div class="side">{left}{right}</div>\n')
     return "".join(out)
 

@@ -72,8 +72,11 @@ def summary_markdown(data: dict[str, Any]) -> str:
             )
             for p in look["pairs"][:TOP]:
                 other = "the reference solution" if p["reference"] else markdown_escape(p["b"])
+                d = p.get("decision")
+                decided = f"; {d['verdict']} by {markdown_escape(d['by'])}" if d else ""
                 lines.append(
-                    f"  - {markdown_escape(p['a'])} ~ {other}: similarity {_pct(p['similarity'])}, {p['shared']} shared"
+                    f"  - {markdown_escape(p['a'])} ~ {other}: similarity {_pct(p['similarity'])}, "
+                    f"{p['shared']} shared{decided}"
                 )
         lines.append("")
     return "\n".join(lines)

@@ -9,6 +9,8 @@ from werkzeug.wrappers import Response
 
 from .answers import answers
 from .context import close_gradebook
+from .held import held
+from .pairs import pairs
 from .security import install_guards
 
 __all__ = ["create_app", "MAX_NAME"]
@@ -55,7 +57,7 @@ def create_app(db: str | Path, *, exercises: str | Path, solutions: str | Path, 
     app.add_url_rule("/grader", "set_grader", _set_grader_name, methods=["POST"])
     files = _static_files()
     app.add_url_rule("/static/<path:filename>", "static", lambda filename: _static(files, filename))
-    for blueprint in (answers,):
+    for blueprint in (answers, held, pairs):
         app.register_blueprint(blueprint)
     return app
 

@@ -22,7 +22,7 @@ from .refs import FUNCTIONS, Chain, Ref, local_imports, refs, stored_names
 from .rules import Rules, check_path, graded_note, method_note
 from .walk import Note, Scope, walk
 
-__all__ = ["StaticEnvironment", "StaticScan", "scan"]
+__all__ = ["StaticEnvironment", "StaticScan", "scan", "reached_definitions"]
 
 
 class StaticEnvironment:
@@ -270,3 +270,35 @@ def scan(name: str, rules: Sequence[str], env: StaticEnvironment, boundary: Coll
         The notes, each once, in the order found.
     """
     return walk(StaticScan(env, name, rules, boundary))
+
+
+class _Reaching(StaticScan):
+    """A :class:`StaticScan` without rules that keeps the functions and classes it opens."""
+
+    def __init__(self, env: StaticEnvironment, name: str, boundary: Collection[str]):
+        super().__init__(env, name, (), boundary)
+        self.definitions: list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef] = []
+
+    def open(self, node: ast.AST, note: Note) -> tuple[list[ast.AST], Scope]:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != self.name:
+            self.definitions.append(node)
+        return super().open(node, note)
+
+
+def reached_definitions(
+    env: StaticEnvironment, name: str, boundary: Collection[str] = ()
+) -> list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
+    """The notebook's own functions and classes that the graded name ``name`` reaches: the
+    definitions the forbidden-call scan (:func:`scan`) reads from it, transitively.
+
+    Args:
+        env: the notebook's names.
+        name: the graded function's name (its own definitions are not listed).
+        boundary: names whose bindings are not followed (the other graded functions).
+
+    Returns:
+        The ``def`` and ``class`` nodes, each once, in the order the walk opened them.
+    """
+    reaching = _Reaching(env, name, boundary)
+    walk(reaching)
+    return reaching.definitions
