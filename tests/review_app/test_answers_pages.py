@@ -262,3 +262,43 @@ def test_past_its_time_budget_the_index_counts_only_the_groups_already_made(clie
     assert row == ["5", "not counted yet", "0 of 5", "not graded by hand"]
     client.get(PAGE)  # the question's page groups its answers
     assert _index_row(client.get("/").get_data(as_text=True))[1] == "3"
+
+
+def _paged_class(tmp_path, n: int = 120):
+    """``n`` students, each with a short answer of their own (short answers group only when
+    identical): ``n`` groups of one; the question has points and a rubric."""
+    answers = {f"s{i:03d}": f"Answer number {i}." for i in range(n)}
+    db = class_gradebook(tmp_path / "g.sqlite", answers)
+    items = set_rubric(db)
+    client = make_app(db).test_client()
+    login(client)
+    return db, client, items
+
+
+def test_a_question_with_many_groups_shows_them_a_page_at_a_time(tmp_path):
+    _, client, _ = _paged_class(tmp_path)
+    first = client.get(PAGE).get_data(as_text=True)
+    assert len(_groups(first)) == answers_module.PAGE_GROUPS == 50
+    assert "Groups 1–50 of 120" in first and f'href="{PAGE}?page=2" rel="next"' in first
+    last = client.get(f"{PAGE}?page=3").get_data(as_text=True)
+    assert len(_groups(last)) == 20 and "Groups 101–120 of 120" in last and 'rel="next"' not in last
+    seen = [
+        s for page in (1, 2, 3) for g in _groups(client.get(f"{PAGE}?page={page}").get_data(as_text=True)) for s in g
+    ]
+    assert sorted(seen) == [f"s{i:03d}" for i in range(120)]  # every answer on exactly one page
+    assert client.get(f"{PAGE}?page=4").status_code == 404
+    refused = client.get(f"{PAGE}?page=0")
+    assert refused.status_code == 400 and "page: expected a whole number from 1" in refused.get_data(as_text=True)
+
+
+def test_a_grade_saved_without_the_script_returns_to_its_page(tmp_path):
+    _, client, items = _paged_class(tmp_path)
+    page = client.get(f"{PAGE}?page=2").get_data(as_text=True)
+    student = _groups(page)[0][0]
+    key = re.search(r'<section class="group" id="g-([^"]+)"', page)[1]
+    form = {"csrf": csrf(client.application), "group": key, "page": "2", "item": [str(items[0])]}
+    saved = client.post(f"{PAGE}/grade", data=form | {"expected": json.dumps(_expected(page, student))})
+    assert saved.status_code == 303 and "page=2" in saved.headers["Location"]
+    stale = client.post(f"{PAGE}/grade", data=form | {"page": "1", "expected": json.dumps({student: 0})})
+    html = stale.get_data(as_text=True)  # refused: the page that holds the group, with the message
+    assert stale.status_code == 409 and "Groups 51–100" in html and "was changed by prof" in html

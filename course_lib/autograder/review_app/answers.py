@@ -10,6 +10,7 @@ what the grader typed. Without JavaScript every form is a plain POST and a redir
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from flask import (
@@ -54,11 +55,38 @@ def index() -> str:
     return render_template("index.html", assignments=rows)
 
 
+#: Groups shown on one page of a question: a page of a thousand answers' forms takes seconds
+#: for a browser to lay out (docs/review-app.md, Speed); the largest groups come first.
+PAGE_GROUPS = 50
+
+
+def _page_number(raw: str | None) -> int:
+    """The ``page`` argument (1 when absent); a 400 naming it when it is not a whole number ≥ 1."""
+    if raw is None or raw == "":
+        return 1
+    if not raw.isdigit() or int(raw) < 1:
+        abort(400, f"page: expected a whole number from 1, got {raw!r}")
+    return int(raw)
+
+
 def _page(assignment: str, question: str, status: int = 200, **extra: Any) -> tuple[str, int]:
-    view = question_view(gradebook(), current_app.config["EXERCISES"], assignment, question)
+    book, exercises = gradebook(), current_app.config["EXERCISES"]
+    messages, kept = extra.setdefault("messages", {}), extra.setdefault("kept", {})
+    page = _page_number(extra.pop("page", None) or request.args.get("page"))
+    if messages:  # a refused grade: show the page that holds its group now
+        plain = question_view(book, exercises, assignment, question, shown=range(0))
+        if plain is not None:
+            _rekey(plain.groups, messages, kept)
+            at = next((i for i, g in enumerate(plain.groups) if g.group.key in messages), None)
+            page = page if at is None else at // PAGE_GROUPS + 1
+    start = (page - 1) * PAGE_GROUPS
+    view = question_view(book, exercises, assignment, question, shown=range(start, start + PAGE_GROUPS))
     if view is None:
         abort(404, f"no question {question!r} in assignment {assignment!r}")
-    _rekey(view.groups, extra.setdefault("messages", {}), extra.setdefault("kept", {}))
+    pages = max(1, -(-len(view.groups) // PAGE_GROUPS))
+    if page > pages:
+        abort(404, f"page: {question!r} has {pages} page(s) of answer groups, got page {page}")
+    extra["paging"] = Paging(page, pages, start, min(start + PAGE_GROUPS, len(view.groups)))
     kept = extra.setdefault("rubric_kept", None)
     extra["rubric_rows"] = (
         list(kept.rows) if kept else [(item.id, item.text, f"{item.points:g}") for item in view.setup.rubric]
@@ -76,8 +104,28 @@ def _rekey(groups: tuple[GroupView, ...], messages: dict[str, str], kept: dict[s
             messages[holder] = messages.pop(key, "")
 
 
+@dataclass(frozen=True)
+class Paging:
+    """Which groups a question's page shows.
+
+    Args:
+        page: this page (from 1).
+        pages: how many pages the groups fill.
+        start: the index of the first group shown (0-based).
+        stop: one past the last group shown.
+    """
+
+    page: int
+    pages: int
+    start: int
+    stop: int
+
+
 def _back(assignment: str, question: str, anchor: str = "", saved: str = "") -> Response:
     extra: dict[str, Any] = {"saved": saved} if saved else {}
+    page = _page_number(request.form.get("page"))
+    if page > 1:
+        extra["page"] = page
     target = url_for("answers.question", assignment=assignment, question=question, _anchor=anchor or None, **extra)
     return redirect(target, code=303)
 

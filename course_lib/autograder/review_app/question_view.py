@@ -201,8 +201,19 @@ def grade_status(grades: list[AnswerGrade | None]) -> tuple[GradeStatus, AnswerG
     return "mixed", None
 
 
-def question_view(book: Gradebook, exercises: str, assignment: str, question: str) -> QuestionView | None:
-    """The page of ``question`` of ``assignment`` (None when neither the release nor any answer has it)."""
+def question_view(
+    book: Gradebook, exercises: str, assignment: str, question: str, shown: range | None = None
+) -> QuestionView | None:
+    """The page of ``question`` of ``assignment`` (None when neither the release nor any answer has it).
+
+    Args:
+        book: the gradebook.
+        exercises: the folder of the exercise notebooks (the questions' text).
+        assignment: the assignment's name.
+        question: the question's id.
+        shown: the indices (0-based, largest group first) of the groups the page shows: only
+            their answers are rendered (None: every group's).
+    """
     answers = answers_of(book, assignment).get(question, {})
     try:
         asked = questions(exercises, assignment).get(question)
@@ -217,7 +228,10 @@ def question_view(book: Gradebook, exercises: str, assignment: str, question: st
     splits = store.splits(assignment, question)
     given = {s: a for s, a in answers.items() if not a.blank}
     groups = grouped(given, splits & given.keys()) or []
-    views = tuple(_group_view(n, group, given, grades, splits) for n, group in enumerate(groups, 1))
+    views = tuple(
+        _group_view(n, group, given, grades, splits, shown is None or n - 1 in shown)
+        for n, group in enumerate(groups, 1)
+    )
     return QuestionView(
         assignment=assignment,
         question=question,
@@ -236,13 +250,14 @@ def _group_view(
     given: Mapping[str, Answer],
     grades: Mapping[str, AnswerGrade],
     splits: frozenset[str],
+    render: bool,
 ) -> GroupView:
     first = given[group.students[0]]
     members = tuple(
         Member(
             student,
             ""
-            if given[student].text == first.text
+            if not render or given[student].text == first.text
             else render_markdown(given[student].text, given[student].attachments),
             student in splits,
             grades.get(student),
@@ -251,4 +266,5 @@ def _group_view(
     )
     status, grade = grade_status([m.grade for m in members])
     expected = {m.student: (m.grade.version if m.grade else 0) for m in members}
-    return GroupView(group, number, render_markdown(first.text, first.attachments), members, status, grade, expected)
+    html = render_markdown(first.text, first.attachments) if render else ""
+    return GroupView(group, number, html, members, status, grade, expected)

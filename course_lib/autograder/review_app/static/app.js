@@ -6,9 +6,17 @@
   const groups = () => Array.from(document.querySelectorAll("section.group"));
   let current = -1;
 
+  function followPage(rel) {
+    const link = document.querySelector("nav.pager a[rel=" + rel + "]");
+    if (link) window.location.assign(link.href);
+    return Boolean(link);
+  }
+
   function focusGroup(index) {
     const all = groups();
     if (!all.length) return;
+    if (index >= all.length && followPage("next")) return;  // past the page's last group
+    if (index < 0 && current >= 0 && followPage("prev")) return;
     current = Math.max(0, Math.min(index, all.length - 1));
     all.forEach((g, i) => g.classList.toggle("focused", i === current));
     all[current].focus();
@@ -98,11 +106,10 @@
     if (event.key === "j") focusGroup(current + 1);
     else if (event.key === "k") focusGroup(current - 1);
     else if (event.key === "u") {
-      const start = current;
-      for (let step = 1; step <= all.length; step++) {
-        const i = (start + step + all.length) % all.length;
-        if (all[i].dataset.status !== "uniform") { focusGroup(i); break; }
-      }
+      const later = all.findIndex((g, i) => i > current && g.dataset.status !== "uniform");
+      const earlier = all.findIndex((g) => g.dataset.status !== "uniform");
+      if (later >= 0) focusGroup(later);
+      else if (!followPage("next") && earlier >= 0) focusGroup(earlier);  // none left here: the next page
     } else if (event.key === "?") toggleKeys();
     else if (/^[1-9]$/.test(event.key)) {
       const group = focusedGroup();
