@@ -40,8 +40,11 @@ th { background: var(--head); } td.num, th.num { text-align: right; white-space:
 .muted, .note { color: var(--muted); } .flag { color: var(--flag); font-weight: 600; }
 img.figure { max-width: 100%; height: auto; }
 pre { margin: 0; overflow-x: auto; font: 12.5px/1.4 ui-monospace, monospace; border: 1px solid var(--line); }
+.code { overflow-x: auto; } .code pre { overflow: visible; width: max-content; min-width: 100%; box-sizing: border-box; }
+.code:focus-visible { outline: 2px solid var(--link); outline-offset: 2px; }
 pre span { display: block; padding: 0 .4rem; white-space: pre; } pre span.hl { background: var(--mark); }
 pre span i { color: var(--muted); font-style: normal; display: inline-block; width: 3em; user-select: none; }
+pre span.hl i { color: var(--fg); }
 .side { display: grid; grid-template-columns: 1fr 1fr; gap: .75rem; margin: .5rem 0 1.5rem; }
 .side > div { min-width: 0; } .answer { overflow-wrap: anywhere; } .answer > :first-child { margin-top: 0; }
 .answer > :last-child { margin-bottom: 0; } .answer img { max-width: 100%; height: auto; }
@@ -56,6 +59,13 @@ _CSP = "default-src 'none'; img-src 'self' file: data:; style-src 'unsafe-inline
 
 def _e(value: Any) -> str:
     return escape(str(value), quote=True)
+
+
+def _code(source: str, ranges: list[tuple[int, ...]], label: str) -> str:
+    """A student's code, numbered and highlighted, in a region the keyboard can focus (and so
+    scroll sideways: a page without script has no other way to reach a long line)."""
+    lines = [(r[0], r[-1]) for r in ranges]
+    return f'<div class="code" role="region" aria-label="{_e(label)}" tabindex="0">{numbered_code(source, lines)}</div>'
 
 
 def _num(x: float | None, digits: int = 2) -> str:
@@ -255,12 +265,12 @@ def _lookalikes(a: dict[str, Any], sources: dict[str, dict[str, str]]) -> str:
             by_function.setdefault(r["function"], []).append(r)
         for function, regions in by_function.items():
             a_src = sources.get(p["a"], {}).get(function, "")
-            left = f"<div><p><b>{_e(p['a'])}</b>: <code>{_e(function)}</code></p>{numbered_code(a_src, [tuple(r['a_lines']) for r in regions])}</div>"
+            left = f"<div><p><b>{_e(p['a'])}</b>: <code>{_e(function)}</code></p>{_code(a_src, [tuple(r['a_lines']) for r in regions], function + ' of ' + p['a'])}</div>"
             if ref:  # never the solution's code
                 right = "<div><p><em>matches the reference solution</em>: the highlighted lines share fingerprints with it (its code is not shown).</p></div>"
             else:
                 b_src = sources.get(p["b"], {}).get(function, "")
-                right = f"<div><p><b>{_e(p['b'])}</b>: <code>{_e(function)}</code></p>{numbered_code(b_src, [tuple(r['b_lines']) for r in regions])}</div>"
+                right = f"<div><p><b>{_e(p['b'])}</b>: <code>{_e(function)}</code></p>{_code(b_src, [tuple(r['b_lines']) for r in regions], function + ' of ' + p['b'])}</div>"
             out.append(f'<div class="side">{left}{right}</div>\n')
     return "".join(out)
 
