@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+from conftest import ROOT
 from pagecheck import axe_violations
 from review_fixtures import make_app
 
@@ -23,6 +25,9 @@ from course_lib.autograder.record import Record
 from course_lib.autograder.review_app import ReviewServer, serve
 
 A = "02_self_attention"
+SHOTS = ROOT / "artifacts" / "screenshots"
+#: What chromium logs for a page answered 409 (the refused save).
+CONFLICT_LOGGED = "Failed to load resource: the server responded with a status of 409 (CONFLICT)"
 MAX = 10.0
 HOSTILE = '<script>alert("id")</script>'
 HOSTILE_CODE = 'def softmax(x, dim=-1):\n    s = "</pre><script>alert(1)</script>"\n    return frame.f_back'
@@ -136,3 +141,11 @@ class Grader:
 
     def close(self) -> None:
         self.context.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[ReviewServer, Path]]:
+    """The small class's app served on 127.0.0.1 for one test, and its gradebook."""
+    db = make_class(tmp_path / "g.sqlite")
+    with running(db) as server:
+        yield server, db

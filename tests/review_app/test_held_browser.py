@@ -7,27 +7,15 @@ the first's shown. Screenshots go to ``artifacts/screenshots/review-held-*.png``
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT
-from review_class import A, Grader, make_class, running
+from review_class import CONFLICT_LOGGED, SHOTS, A, Grader, served  # noqa: F401 (served: a fixture)
 
 from course_lib.autograder.gradebook import Gradebook
 
 pytestmark = pytest.mark.browser
 
-SHOTS = ROOT / "artifacts" / "screenshots"
-#: What chromium logs for a page answered 409 (the refused save).
-CONFLICT_LOGGED = "Failed to load resource: the server responded with a status of 409 (CONFLICT)"
-
-
-@pytest.fixture
-def served(tmp_path):
-    db = make_class(tmp_path / "g.sqlite")
-    with running(db) as server:
-        yield server, db
-
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
-def test_a_grader_accepts_one_held_record_and_rejects_another(browser, served, mode):
+def test_a_grader_accepts_one_held_record_and_rejects_another(browser, served, mode):  # noqa: F811
     server, db = served
     ann = Grader(browser, server, "ann", mode)
     page = ann.page
@@ -62,7 +50,7 @@ def test_a_grader_accepts_one_held_record_and_rejects_another(browser, served, m
     assert background == ("rgb(22, 24, 28)" if mode == "dark" else "rgb(255, 255, 255)"), background
 
 
-def test_two_graders_on_one_held_record_the_second_is_refused_and_sees_the_first(browser, served):
+def test_two_graders_on_one_held_record_the_second_is_refused_and_sees_the_first(browser, served):  # noqa: F811
     server, db = served
     ann, bea = Grader(browser, server, "ann", "light"), Grader(browser, server, "bea", "dark")
     for grader in (ann, bea):

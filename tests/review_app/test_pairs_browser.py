@@ -9,27 +9,16 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT
-from review_class import SOLUTION_ONLY, A, Grader, make_class, running
+from review_class import CONFLICT_LOGGED, SHOTS, SOLUTION_ONLY, A, Grader, served  # noqa: F401 (served: a fixture)
 
 from course_lib.autograder.gradebook import Gradebook
 from course_lib.autograder.review_app.pair_list import compute_pairs
 
 pytestmark = pytest.mark.browser
 
-SHOTS = ROOT / "artifacts" / "screenshots"
-#: What chromium logs for a page answered 409 (the refused save).
-CONFLICT_LOGGED = "Failed to load resource: the server responded with a status of 409 (CONFLICT)"
-
-
-@pytest.fixture
-def served(tmp_path):
-    db = make_class(tmp_path / "g.sqlite")
-    with running(db) as server:
-        yield server, db
-
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
-def test_a_grader_confirms_a_pair_with_a_note(browser, served, mode):
+def test_a_grader_confirms_a_pair_with_a_note(browser, served, mode):  # noqa: F811
     server, db = served
     ann = Grader(browser, server, "ann", mode)
     page = ann.page
@@ -65,7 +54,7 @@ def test_a_grader_confirms_a_pair_with_a_note(browser, served, mode):
     assert not ann.problems, ann.problems
 
 
-def test_two_graders_on_one_pair_the_second_is_refused_and_sees_the_first(browser, served):
+def test_two_graders_on_one_pair_the_second_is_refused_and_sees_the_first(browser, served):  # noqa: F811
     server, db = served
     ann, bea = Grader(browser, server, "ann", "dark"), Grader(browser, server, "bea", "light")
     for grader in (ann, bea):
