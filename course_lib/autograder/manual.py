@@ -19,6 +19,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from .history import now
@@ -31,6 +32,7 @@ from .manual_schema import (
     PairDecision,
     QuestionSetup,
     RubricItem,
+    answer_digests,
     answer_target,
     as_json,
     finite,
@@ -248,7 +250,7 @@ class ManualStore:
 
     def _grades(self, setup: QuestionSetup, students: Sequence[str] | None = None) -> dict[str, AnswerGrade]:
         sql = (
-            "SELECT student, items, adjust, comment, by, at, version FROM manual_grades "
+            "SELECT student, items, adjust, comment, by, at, version, answer FROM manual_grades "
             "WHERE assignment = ? AND question = ?"
         )
         args: tuple[Any, ...] = (setup.assignment, setup.question)
@@ -257,11 +259,13 @@ class ManualStore:
             args += tuple(students)
         known = {item.id for item in setup.rubric}
         found = {}
-        for student, items, adjust, comment, by, at, version in self.conn.execute(sql + " ORDER BY student", args):
+        for student, items, adjust, comment, by, at, version, answer in self.conn.execute(
+            sql + " ORDER BY student", args
+        ):
             applied = tuple(i for i in json.loads(items) if i in known)
             points = grade_points(setup.rubric, applied, adjust, setup.max_points)
             found[student] = AnswerGrade(
-                setup.assignment, setup.question, student, applied, adjust, comment, points, by, at, version
+                setup.assignment, setup.question, student, applied, adjust, comment, points, by, at, version, answer
             )
         return found
 
@@ -283,7 +287,8 @@ class ManualStore:
         reason: str = "",
     ) -> list[AnswerGrade]:
         """Give the same grade to the answers of ``students`` (one student, or an answer group),
-        all or nothing.
+        all or nothing; each grade keeps the digest of the answer it is given to (the record's
+        now), so a resubmitted answer that differs makes it pending (:mod:`.manual_points`).
 
         Args:
             assignment: the assignment's name.
@@ -321,25 +326,27 @@ class ManualStore:
                 version = current[student].version if student in current else 0
                 if version != expected[student]:
                     raise self._stale(assignment, question, student, current.get(student), expected[student])
-            at = now()
+            at, digests = now(), answer_digests(self.conn, assignment, question, students)
             points = grade_points(setup.rubric, applied, adjust, setup.max_points)
             saved = []
             for student in students:
-                grade = AnswerGrade(assignment, question, student, applied, adjust, comment, points, by, at, 0)
+                grade = AnswerGrade(
+                    assignment, question, student, applied, adjust, comment, points, by, at, 0, digests[student]
+                )
                 version = self._decide(
                     "grade", assignment, answer_target(question, student), grade_json(current.get(student)),
                     grade_json(grade), by=by, at=at, reason=reason, students=(student, None),
                 )  # fmt: skip
                 self.conn.execute(
-                    "INSERT INTO manual_grades VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (assignment, question, student) DO UPDATE SET items = excluded.items, "
-                    "adjust = excluded.adjust, comment = excluded.comment, by = excluded.by, at = excluded.at, "
-                    "version = excluded.version",
-                    (assignment, question, student, json.dumps(list(applied)), adjust, comment, by, at, version),
-                )
-                saved.append(
-                    AnswerGrade(assignment, question, student, applied, adjust, comment, points, by, at, version)
-                )
+                    "INSERT INTO manual_grades (assignment, question, student, items, adjust, comment, by, at, "
+                    "version, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (assignment, question, "
+                    "student) DO UPDATE SET items = excluded.items, adjust = excluded.adjust, comment = "
+                    "excluded.comment, by = excluded.by, at = excluded.at, version = excluded.version, "
+                    "answer = excluded.answer",
+                    (assignment, question, student, json.dumps(list(applied)), adjust, comment, by, at, version,
+                     grade.answer),
+                )  # fmt: skip
+                saved.append(replace(grade, version=version))
         return saved
 
     def _stale(

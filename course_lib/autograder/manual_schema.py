@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from .answer_images import answer_digest, record_answers
 from .lookalike import REFERENCE
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "Verdict",
     "VERDICTS",
     "VERSION",
+    "answer_digests",
     "answer_target",
     "migrate",
     "pair_key",
@@ -67,6 +70,7 @@ SCHEMA = (
     by          TEXT NOT NULL,
     at          TEXT NOT NULL,
     version     INTEGER NOT NULL,
+    answer      TEXT NOT NULL,
     PRIMARY KEY (assignment, question, student)
 )""",
     """CREATE TABLE IF NOT EXISTS manual_splits (
@@ -155,6 +159,8 @@ class AnswerGrade:
         by: the grader.
         at: when (ISO 8601, UTC).
         version: the id of the last decision on this answer.
+        answer: the digest of the answer it was given to (:func:`.answer_images.answer_digest`):
+            when the record's answer has another, the grade is pending (the answer changed).
     """
 
     assignment: str
@@ -167,6 +173,15 @@ class AnswerGrade:
     by: str
     at: str
     version: int
+    answer: str = ""
+
+    def changed(self, digest: str) -> bool:
+        """Whether the answer now (its ``digest``) is not the one this grade was given to."""
+        return digest != self.answer
+
+    def stale_note(self) -> str:
+        """``answer changed since graded by lee on 2026-11-27``."""
+        return f"answer changed since graded by {self.by} on {self.at[:10]}"
 
 
 @dataclass(frozen=True)
@@ -287,7 +302,28 @@ def grade_json(grade: AnswerGrade | None) -> dict[str, Any] | None:
     """A grade as the history keeps it (None for no grade)."""
     if grade is None:
         return None
-    return {"items": list(grade.items), "adjust": grade.adjust, "comment": grade.comment, "points": grade.points}
+    return {
+        "items": list(grade.items),
+        "adjust": grade.adjust,
+        "comment": grade.comment,
+        "points": grade.points,
+        "answer": grade.answer,
+    }
+
+
+def answer_digests(conn: sqlite3.Connection, assignment: str, question: str, students: Sequence[str]) -> dict[str, str]:
+    """The digest (:func:`.answer_images.answer_digest`) of each student's answer to ``question``
+    in their record of ``assignment`` now (a student without a record left out)."""
+    marks = ", ".join("?" * len(students))
+    rows = conn.execute(
+        f"SELECT student, json_extract(record, '$.answers') FROM results WHERE assignment = ? AND student IN ({marks})",
+        (assignment, *students),
+    )
+    found = {}
+    for student, raw in rows:
+        text, attachments = record_answers(json.loads(raw) if raw else ()).get(question, ("", {}))
+        found[student] = answer_digest(text, attachments)
+    return found
 
 
 def version_arg(name: str, value: Any) -> int:
