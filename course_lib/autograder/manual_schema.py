@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -20,6 +20,7 @@ from .answer_images import answer_digest, record_answers
 from .lookalike import REFERENCE
 
 __all__ = [
+    "AnswerChanged",
     "AnswerGrade",
     "Conflict",
     "Decision",
@@ -279,6 +280,44 @@ class Conflict(Exception):
         )
 
 
+class AnswerChanged(Conflict):
+    """A grade based on answers that changed since the grader read them (a student handed in a
+    new notebook meanwhile); nothing was saved.
+
+    Args:
+        what: whose answers (``the answer of ann to ch02-q1 of 02_self_attention``).
+        students: the students whose answer changed.
+        at: when the newest of their new notebooks was graded (ISO 8601, UTC).
+    """
+
+    def __init__(self, what: str, students: tuple[str, ...], at: str):
+        Exception.__init__(
+            self,
+            f"{what} changed since you read it (a new notebook, graded at {at}); nothing was saved: "
+            "read the answer as it is now and grade it again",
+        )
+        self.what, self.current, self.by, self.at = what, None, ", ".join(students), at
+        self.expected = self.version = 0
+        self.students = students
+
+
+def check_seen(
+    conn: sqlite3.Connection, assignment: str, question: str, seen: Mapping[str, str] | None, now: Mapping[str, str]
+) -> None:
+    """Raise :class:`AnswerChanged` when an answer's digest ``now`` is not the one the grader
+    read (``seen``, by student; None: not checked; inside the caller's transaction)."""
+    if seen is None:
+        return
+    changed = tuple(s for s in now if seen[s] != now[s])
+    if not changed:
+        return
+    marks = ", ".join("?" * len(changed))
+    (at,) = conn.execute(
+        f"SELECT MAX(graded_at) FROM results WHERE assignment = ? AND student IN ({marks})", (assignment, *changed)
+    ).fetchone()
+    raise AnswerChanged(f"the answer of {', '.join(changed)} to {question} of {assignment}", changed, str(at))
+
+
 def as_json(data: Any) -> str:
     """A decision's ``before`` or ``after``: JSON text, "" for nothing."""
     return "" if data is None else json.dumps(data, sort_keys=True, ensure_ascii=False)
@@ -309,6 +348,18 @@ def grade_json(grade: AnswerGrade | None) -> dict[str, Any] | None:
         "points": grade.points,
         "answer": grade.answer,
     }
+
+
+def require_records(conn: sqlite3.Connection, assignment: str, students: Sequence[str], name: str = "students") -> None:
+    """A ValueError naming ``name`` and the students of ``students`` with no record of ``assignment``."""
+    marks = ", ".join("?" * len(students))
+    rows = conn.execute(
+        f"SELECT student FROM results WHERE assignment = ? AND student IN ({marks})", (assignment, *students)
+    )
+    found = {s for (s,) in rows}
+    missing = [s for s in students if s not in found]
+    if missing:
+        raise ValueError(f"{name}: no record of {assignment!r} in the gradebook for {', '.join(map(repr, missing))}")
 
 
 def answer_digests(conn: sqlite3.Connection, assignment: str, question: str, students: Sequence[str]) -> dict[str, str]:

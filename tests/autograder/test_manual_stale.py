@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from course_lib.autograder.answer_images import answer_digest
 from course_lib.autograder.autograde import refused_record, sha256
 from course_lib.autograder.exports import export_csv
 from course_lib.autograder.gradebook import Gradebook
-from course_lib.autograder.manual import answer_target
+from course_lib.autograder.manual import AnswerChanged, Conflict, answer_target
 from course_lib.autograder.manual_feedback import manual_html, manual_markdown
 from course_lib.autograder.record import Record
 from course_lib.cli import main
@@ -142,3 +143,27 @@ def test_course_lib_history_says_which_answer_changed_since_graded(db, capsys):
     assert first.startswith(f"ann / {A}: 10 / ") and first.endswith(
         f" counts; manual grading pending: 1 ({Q}: answer changed since graded by lee on {day})"
     )
+
+
+def test_a_grade_based_on_an_answer_read_before_a_resubmission_is_refused_and_saves_nothing(db):
+    with Gradebook(db) as book:
+        earlier = book.manual.grades(A, Q)["ann"]
+    read = answer_digest(FIRST + "\n\n![plot](attachment:plot.png)", {"plot.png": {"image/png": PNG}})
+    assert read == earlier.answer  # what the grader read is what the grade was given to
+    resubmit(db, "Nothing changes at all.", png=None)  # meanwhile ann hands in a new answer
+    with Gradebook(db) as book:
+        before = book.manual.history()
+        with pytest.raises(Conflict) as caught:
+            book.manual.grade(A, Q, ["ann"], items=[], adjust=1, comment="ok", by="kim",
+                              expected={"ann": earlier.version}, seen={"ann": read})  # fmt: skip
+        assert isinstance(caught.value, AnswerChanged) and caught.value.students == ("ann",)
+        assert str(caught.value).startswith(f"the answer of ann to {Q} of {A} changed since you read it")
+        assert "nothing was saved" in str(caught.value)
+        assert book.manual.history() == before and book.manual.grades(A, Q)["ann"] == earlier
+        now = answer_digest("Nothing changes at all.")
+        (saved,) = book.manual.grade(A, Q, ["ann"], items=[], adjust=1, comment="ok", by="kim",
+                                     expected={"ann": earlier.version}, seen={"ann": now})  # fmt: skip
+        assert saved.answer == now and book.record("ann", A).manual.questions[0].points == 1.0  # type: ignore[union-attr]
+        with pytest.raises(ValueError, match="seen: the digest of each student's answer as read"):
+            book.manual.grade(A, Q, ["ann"], items=[], adjust=1, comment="", by="kim",
+                              expected={"ann": saved.version}, seen={})  # fmt: skip

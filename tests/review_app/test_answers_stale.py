@@ -127,3 +127,29 @@ def test_other_pictures_with_the_same_text_make_the_member_stale(tmp_path):
     with Gradebook(db) as book:
         book.save("ann", replace(rec, answers=(entry,), absent=frozenset()), "c", 1.0)
     assert "answer changed since graded by prof" in _member(client.get(PAGE).get_data(as_text=True), "ann")
+
+
+def test_a_grade_saved_on_a_page_read_before_a_resubmission_is_refused_and_keeps_the_input(client, db):
+    good, _ = set_rubric(db)
+    section = _section(client.get(PAGE).get_data(as_text=True), "fay")
+    seen = json.loads(re.search(r'name="seen" value="([^"]+)"', section)[1].replace("&#34;", '"'))
+    resubmit(db, {"fay": CHANGED})  # fay hands in a new answer while the grader reads the old one
+    form = {"csrf": csrf(client.application), "group": "g", "expected": json.dumps(_expected(section)),
+            "seen": json.dumps(seen), "item": [str(good)], "comment": "my words"}  # fmt: skip
+    response = client.post(f"{PAGE}/grade", data=form)
+    html = response.get_data(as_text=True)
+    assert response.status_code == 409 and f"the answer of fay to {Q} of {A} changed since you read it" in html
+    assert ">my words</textarea>" in html and "softmax of x + c is softmax of x" in html  # the new answer shown
+    with Gradebook(db) as book:
+        assert book.manual.grades(A, Q) == {}
+    seen = json.loads(re.search(r'name="seen" value="([^"]+)"', _section(html, "fay"))[1].replace("&#34;", '"'))
+    assert client.post(f"{PAGE}/grade", data=form | {"seen": json.dumps(seen)}).status_code == 303
+    headers = {"Accept": "application/json", "X-CSRF-Token": csrf(client.application)}
+    resubmit(db, {"fay": "A third answer."})
+    with Gradebook(db) as book:
+        version = book.manual.grades(A, Q)["fay"].version
+    late = form | {"seen": json.dumps(seen), "expected": json.dumps({"fay": version})}
+    data = client.post(f"{PAGE}/grade", data=late, headers=headers).get_json()
+    assert not data["ok"] and data["message"].endswith(
+        "Reload the page to read the answer as it is now, then save again."
+    )

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 from ...grading.registry import ASSIGNMENTS
-from ..answer_images import answer_digest, record_answers
+from ..answer_images import answer_digest, digest, record_answers
 from ..gradebook import Gradebook
 
 __all__ = ["Answer", "assignments", "answers_of"]
@@ -30,10 +31,15 @@ class Answer:
     text: str
     attachments: dict[str, dict[str, str]]
 
-    @property
+    @cached_property
+    def pictures(self) -> str:
+        """The digest of its attachments (:func:`.answer_images.digest`; "" for none)."""
+        return digest(self.attachments)
+
+    @cached_property
     def digest(self) -> str:
         """Its :func:`.answer_images.answer_digest`: a grade given to another digest is pending."""
-        return answer_digest(self.text, self.attachments)
+        return answer_digest(self.text, pictures=self.pictures)
 
     @property
     def blank(self) -> bool:

@@ -16,11 +16,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ..answer_groups import AnswerGroup, group_answers
-from ..answer_images import digest
 from ..answer_text import QuestionsError, questions, render_markdown
 from ..gradebook import Gradebook
 from ..manual import AnswerGrade, QuestionSetup
@@ -79,6 +78,8 @@ class GroupView:
         expected: each member's grade version (0: ungraded), what a save of the group is based on.
         prefill: the grade the group's form starts from: ``grade``, else the members' common
             grade counting those given to answers changed since (None when none or not alike).
+        seen: each member's answer as shown (its digest; empty when the group is not rendered),
+            what a save of the group is based on: an answer changed since is refused.
     """
 
     group: AnswerGroup
@@ -89,6 +90,7 @@ class GroupView:
     grade: AnswerGrade | None
     expected: dict[str, int]
     prefill: AnswerGrade | None = None
+    seen: dict[str, str] = field(default_factory=dict)
 
     @property
     def changed(self) -> tuple[Member, ...]:
@@ -154,7 +156,7 @@ def grouped(answers: Mapping[str, Answer], apart: frozenset[str], *, compute: bo
         The groups, largest first (None: not cached and ``compute`` false).
     """
     texts = {s: a.text for s, a in answers.items()}
-    pictures = {s: digest(a.attachments) for s, a in answers.items()}
+    pictures = {s: a.pictures for s, a in answers.items()}
     key_of = hashlib.sha256()
     for student in sorted(texts):
         key_of.update(f"{len(student)}:{student}{len(texts[student])}:{texts[student]}{pictures[student]}".encode())
@@ -295,4 +297,5 @@ def _group_view(
     prefill = grade if grade is not None else grade_status([m.grade for m in members])[1]
     expected = {m.student: (m.grade.version if m.grade else 0) for m in members}
     html = render_markdown(first.text, first.attachments) if render else ""
-    return GroupView(group, number, html, tuple(members), status, grade, expected, prefill)
+    seen = {s: given[s].digest for s in group.students} if render else {}
+    return GroupView(group, number, html, tuple(members), status, grade, expected, prefill, seen)
