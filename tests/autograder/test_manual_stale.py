@@ -167,3 +167,15 @@ def test_a_grade_based_on_an_answer_read_before_a_resubmission_is_refused_and_sa
         with pytest.raises(ValueError, match="seen: the digest of each student's answer as read"):
             book.manual.grade(A, Q, ["ann"], items=[], adjust=1, comment="", by="kim",
                               expected={"ann": saved.version}, seen={})  # fmt: skip
+
+
+def test_the_resubmission_event_names_the_answers_whose_hand_grade_no_longer_counts(db):
+    resubmit(db, FIRST)  # the same answer: its grade still counts
+    with Gradebook(db) as book:
+        book.save("ann", submission("Nothing changes at all.", b"v3"), "c", 1.0, by="grader")
+        events = book.history("ann", A)
+    assert [(e.kind, e.reason) for e in events] == [
+        ("graded", ""),
+        ("resubmitted", "a new notebook"),
+        ("resubmitted", f"a new notebook; answers changed since graded by hand, pending again: {Q}"),
+    ]
