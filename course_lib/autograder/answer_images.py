@@ -28,6 +28,8 @@ __all__ = [
     "referenced_attachments",
     "Budget",
     "digest",
+    "answer_digest",
+    "record_answers",
 ]
 
 #: The image formats an answer may carry, with the bytes each format's files start with.
@@ -52,6 +54,51 @@ def digest(attachments: Mapping[str, Any]) -> str:
     if not attachments:
         return ""
     return hashlib.sha256(json.dumps(attachments, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def answer_digest(text: str, attachments: Mapping[str, Any] | None = None, *, pictures: str | None = None) -> str:
+    """The digest of an answer as a grader reads it: its text (surrounding whitespace aside) and
+    its pasted images (:func:`digest`). A grade given by hand keeps the digest of the answer it
+    was given to; a resubmission whose answer has another digest makes that grade pending.
+
+    Args:
+        text: the answer's Markdown.
+        attachments: its attachments, ``{name: {mime: base64}}`` (None or empty for none).
+        pictures: their :func:`digest` when already computed (then ``attachments`` is not read).
+
+    Returns:
+        16 hex digits.
+    """
+    pictures = digest(attachments or {}) if pictures is None else pictures
+    data = f"{text.strip()}\0{pictures}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def record_answers(entries: Iterable[Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """A record's answers by question id, as graders read them.
+
+    Args:
+        entries: the record's ``answers`` (``[{"id", "answer", "attachments"?}]``; a malformed
+            entry is left out, malformed attachments count as none).
+
+    Returns:
+        Question id -> ``(text, attachments)``, in the record's order; a question asked twice
+        in one notebook has its answers joined (texts with a blank line, attachments merged).
+    """
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for entry in entries:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("id"), str):
+            continue
+        text = entry.get("answer")
+        text = text if isinstance(text, str) else ""
+        attachments = entry.get("attachments")
+        attachments = dict(attachments) if isinstance(attachments, Mapping) else {}
+        before = out.get(entry["id"])
+        if before is not None:
+            text = f"{before[0]}\n\n{text}".strip()
+            attachments = {**before[1], **attachments}
+        out[entry["id"]] = (text, attachments)
+    return out
 
 
 def referenced_attachments(text: str) -> list[str]:

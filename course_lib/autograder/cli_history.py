@@ -61,7 +61,10 @@ def _cmd_history(args: argparse.Namespace) -> int:
             if rec is not None:
                 why = f" ({rec.adjustment.flag()})" if rec.adjustment else ""
                 pending = rec.manual.pending if rec.manual else 0
-                waiting = f"; manual grading pending: {pending}" if pending else ""
+                changed = (
+                    [f" ({q.question}: {q.note})" for q in rec.manual.questions if q.changed] if rec.manual else []
+                )
+                waiting = (f"; manual grading pending: {pending}" if pending else "") + "".join(changed)
                 print(f"{student} / {slug}: {rec.score:g} / {rec.points_possible:g} counts{why}{waiting}")
             lines = [(e.at, 0, e.id, e.line()) for e in events if e.assignment == slug]
             lines += [(d.at, 1, d.id, d.line()) for d in decisions if d.assignment == slug]

@@ -154,8 +154,8 @@ class Gradebook:
         return dropped
 
     def _grading_kind(self, student: str, record: Record) -> tuple[EventKind, str, Adjustment | None]:
-        """A new grading's history kind, what it does to the adjustment that counted, and the
-        adjustment it drops (a new notebook's)."""
+        """A new grading's history kind, what it does to the adjustment that counted (and to the
+        hand grades of answers it changed), and the adjustment it drops (a new notebook's)."""
         row = self.conn.execute(
             "SELECT sha256 FROM results WHERE student = ? AND assignment = ?", (student, record.assignment)
         ).fetchone()
@@ -165,10 +165,15 @@ class Gradebook:
         if row[0] == record.sha256:
             kept = f"same notebook; still counts: {adjustment.flag()}" if adjustment else "same notebook"
             return "regraded", kept, None
+        manual = manual_points(
+            ManualTables.read(self.conn, student, record.assignment), student, record.assignment, record.answers
+        )
+        changed = [q.question for q in manual.questions if q.changed] if manual else []
+        by_hand = f"; answers changed since graded by hand, pending again: {', '.join(changed)}" if changed else ""
         if adjustment is None:
-            return "resubmitted", "a new notebook", None
+            return "resubmitted", "a new notebook" + by_hand, None
         dropped = f"a new notebook; made to the previous one, no longer counts: {adjustment.flag()}"
-        return "resubmitted", dropped, adjustment
+        return "resubmitted", dropped + by_hand, adjustment
 
     def adjust(
         self,

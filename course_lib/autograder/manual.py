@@ -19,26 +19,31 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from .history import now
 from .lookalike import REFERENCE
 from .manual_schema import (
     VERDICTS,
+    AnswerChanged,
     AnswerGrade,
     Conflict,
     Decision,
     PairDecision,
     QuestionSetup,
     RubricItem,
+    answer_digests,
     answer_target,
     as_json,
+    check_seen,
     finite,
     grade_json,
     grade_points,
     item_id,
     pair_key,
     pair_target,
+    require_records,
     rubrics,
     setup_json,
     text_arg,
@@ -46,6 +51,7 @@ from .manual_schema import (
 )
 
 __all__ = [
+    "AnswerChanged",
     "AnswerGrade",
     "Conflict",
     "Decision",
@@ -116,24 +122,6 @@ class ManualStore:
             (assignment, target, *kinds),
         ).fetchone()
         return int(row[0] or 0)
-
-    def _missing_records(self, assignment: str, students: Sequence[str]) -> list[str]:
-        """The students of ``students`` with no record of ``assignment`` in the gradebook."""
-        marks = ", ".join("?" * len(students))
-        found = {
-            s
-            for (s,) in self.conn.execute(
-                f"SELECT student FROM results WHERE assignment = ? AND student IN ({marks})", (assignment, *students)
-            )
-        }
-        return [s for s in students if s not in found]
-
-    def _require_records(self, assignment: str, students: Sequence[str], name: str = "students") -> None:
-        missing = self._missing_records(assignment, students)
-        if missing:
-            raise ValueError(
-                f"{name}: no record of {assignment!r} in the gradebook for {', '.join(map(repr, missing))}"
-            )
 
     # -- question setups -------------------------------------------------------------------
 
@@ -248,7 +236,7 @@ class ManualStore:
 
     def _grades(self, setup: QuestionSetup, students: Sequence[str] | None = None) -> dict[str, AnswerGrade]:
         sql = (
-            "SELECT student, items, adjust, comment, by, at, version FROM manual_grades "
+            "SELECT student, items, adjust, comment, by, at, version, answer FROM manual_grades "
             "WHERE assignment = ? AND question = ?"
         )
         args: tuple[Any, ...] = (setup.assignment, setup.question)
@@ -257,11 +245,13 @@ class ManualStore:
             args += tuple(students)
         known = {item.id for item in setup.rubric}
         found = {}
-        for student, items, adjust, comment, by, at, version in self.conn.execute(sql + " ORDER BY student", args):
+        for student, items, adjust, comment, by, at, version, answer in self.conn.execute(
+            sql + " ORDER BY student", args
+        ):
             applied = tuple(i for i in json.loads(items) if i in known)
             points = grade_points(setup.rubric, applied, adjust, setup.max_points)
             found[student] = AnswerGrade(
-                setup.assignment, setup.question, student, applied, adjust, comment, points, by, at, version
+                setup.assignment, setup.question, student, applied, adjust, comment, points, by, at, version, answer
             )
         return found
 
@@ -281,9 +271,11 @@ class ManualStore:
         by: str,
         expected: Mapping[str, int],
         reason: str = "",
+        seen: Mapping[str, str] | None = None,
     ) -> list[AnswerGrade]:
         """Give the same grade to the answers of ``students`` (one student, or an answer group),
-        all or nothing.
+        all or nothing; each grade keeps the digest of the answer it is given to (the record's
+        now), so a resubmitted answer that differs makes it pending (:mod:`.manual_points`).
 
         Args:
             assignment: the assignment's name.
@@ -295,6 +287,8 @@ class ManualStore:
             by: the grader.
             expected: each student's grade version the grade is based on (0: ungraded).
             reason: why (kept in the history).
+            seen: each student's answer as the grader read it (its ``answer_images.answer_digest``);
+                when given, an answer changed since raises AnswerChanged (a Conflict) and saves nothing.
 
         Returns:
             The grades as now stored, in the order of ``students``.
@@ -308,7 +302,9 @@ class ManualStore:
         adjust, comment, by = finite("adjust", adjust), text_arg("comment", comment), text_arg("by", by, required=True)
         expected = {s: version_arg(f"expected[{s!r}]", expected[s]) for s in students}
         applied = tuple(dict.fromkeys(item_id("items", i) for i in items))
-        self._require_records(assignment, students)
+        if seen is not None and not all(isinstance(seen.get(s), str) for s in students):
+            raise ValueError(f"seen: the digest of each student's answer as read, got {dict(seen)!r}")
+        require_records(self.conn, assignment, students)
         with self._transaction():
             setup = self.setup(assignment, question)
             if setup.max_points <= 0:
@@ -321,26 +317,34 @@ class ManualStore:
                 version = current[student].version if student in current else 0
                 if version != expected[student]:
                     raise self._stale(assignment, question, student, current.get(student), expected[student])
-            at = now()
+            at, digests = now(), answer_digests(self.conn, assignment, question, students)
+            check_seen(self.conn, assignment, question, seen, digests)
             points = grade_points(setup.rubric, applied, adjust, setup.max_points)
-            saved = []
-            for student in students:
-                grade = AnswerGrade(assignment, question, student, applied, adjust, comment, points, by, at, 0)
-                version = self._decide(
-                    "grade", assignment, answer_target(question, student), grade_json(current.get(student)),
-                    grade_json(grade), by=by, at=at, reason=reason, students=(student, None),
-                )  # fmt: skip
-                self.conn.execute(
-                    "INSERT INTO manual_grades VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (assignment, question, student) DO UPDATE SET items = excluded.items, "
-                    "adjust = excluded.adjust, comment = excluded.comment, by = excluded.by, at = excluded.at, "
-                    "version = excluded.version",
-                    (assignment, question, student, json.dumps(list(applied)), adjust, comment, by, at, version),
+            return [
+                self._write_grade(
+                    AnswerGrade(assignment, question, s, applied, adjust, comment, points, by, at, 0, digests[s]),
+                    current.get(s),
+                    reason,
                 )
-                saved.append(
-                    AnswerGrade(assignment, question, student, applied, adjust, comment, points, by, at, version)
-                )
-        return saved
+                for s in students
+            ]
+
+    def _write_grade(self, grade: AnswerGrade, before: AnswerGrade | None, reason: str) -> AnswerGrade:
+        """Store ``grade`` in place of ``before`` and append its decision (inside the caller's
+        transaction); the grade with its version."""
+        version = self._decide(
+            "grade", grade.assignment, answer_target(grade.question, grade.student), grade_json(before),
+            grade_json(grade), by=grade.by, at=grade.at, reason=reason, students=(grade.student, None),
+        )  # fmt: skip
+        self.conn.execute(
+            "INSERT INTO manual_grades (assignment, question, student, items, adjust, comment, by, at, version, "
+            "answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (assignment, question, student) DO UPDATE "
+            "SET items = excluded.items, adjust = excluded.adjust, comment = excluded.comment, by = excluded.by, "
+            "at = excluded.at, version = excluded.version, answer = excluded.answer",
+            (grade.assignment, grade.question, grade.student, json.dumps(list(grade.items)), grade.adjust,
+             grade.comment, grade.by, grade.at, version, grade.answer),
+        )  # fmt: skip
+        return replace(grade, version=version)
 
     def _stale(
         self, assignment: str, question: str, student: str, current: AnswerGrade | None, expected: int
@@ -392,7 +396,7 @@ class ManualStore:
         """Split a student's answer off its group (``split``), or let it join again; a change
         is kept in the history, a no-change writes nothing."""
         by = text_arg("by", by, required=True)
-        self._require_records(assignment, [student], "student")
+        require_records(self.conn, assignment, [student], "student")
         with self._transaction():
             was = student in self.splits(assignment, question)
             if was == bool(split):
@@ -445,7 +449,7 @@ class ManualStore:
         if a == b:
             raise ValueError(f"b: a pair is two different students, got {a!r} twice")
         a, b = pair_key(a, b)
-        self._require_records(assignment, [s for s in (a, b) if s != REFERENCE], "a, b")
+        require_records(self.conn, assignment, [s for s in (a, b) if s != REFERENCE], "a, b")
         with self._transaction():
             current = self.pairs(assignment).get((a, b))
             version = 0 if current is None else current.version

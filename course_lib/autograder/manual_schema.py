@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from .answer_images import answer_digest, record_answers
 from .lookalike import REFERENCE
 
 __all__ = [
+    "AnswerChanged",
     "AnswerGrade",
     "Conflict",
     "Decision",
@@ -27,6 +30,7 @@ __all__ = [
     "Verdict",
     "VERDICTS",
     "VERSION",
+    "answer_digests",
     "answer_target",
     "migrate",
     "pair_key",
@@ -67,6 +71,7 @@ SCHEMA = (
     by          TEXT NOT NULL,
     at          TEXT NOT NULL,
     version     INTEGER NOT NULL,
+    answer      TEXT NOT NULL,
     PRIMARY KEY (assignment, question, student)
 )""",
     """CREATE TABLE IF NOT EXISTS manual_splits (
@@ -155,6 +160,8 @@ class AnswerGrade:
         by: the grader.
         at: when (ISO 8601, UTC).
         version: the id of the last decision on this answer.
+        answer: the digest of the answer it was given to (:func:`.answer_images.answer_digest`):
+            when the record's answer has another, the grade is pending (the answer changed).
     """
 
     assignment: str
@@ -167,6 +174,15 @@ class AnswerGrade:
     by: str
     at: str
     version: int
+    answer: str = ""
+
+    def changed(self, digest: str) -> bool:
+        """Whether the answer now (its ``digest``) is not the one this grade was given to."""
+        return digest != self.answer
+
+    def stale_note(self) -> str:
+        """``answer changed since graded by lee on 2026-11-27``."""
+        return f"answer changed since graded by {self.by} on {self.at[:10]}"
 
 
 @dataclass(frozen=True)
@@ -264,6 +280,44 @@ class Conflict(Exception):
         )
 
 
+class AnswerChanged(Conflict):
+    """A grade based on answers that changed since the grader read them (a student handed in a
+    new notebook meanwhile); nothing was saved.
+
+    Args:
+        what: whose answers (``the answer of ann to ch02-q1 of 02_self_attention``).
+        students: the students whose answer changed.
+        at: when the newest of their new notebooks was graded (ISO 8601, UTC).
+    """
+
+    def __init__(self, what: str, students: tuple[str, ...], at: str):
+        Exception.__init__(
+            self,
+            f"{what} changed since you read it (a new notebook, graded at {at}); nothing was saved: "
+            "read the answer as it is now and grade it again",
+        )
+        self.what, self.current, self.by, self.at = what, None, ", ".join(students), at
+        self.expected = self.version = 0
+        self.students = students
+
+
+def check_seen(
+    conn: sqlite3.Connection, assignment: str, question: str, seen: Mapping[str, str] | None, now: Mapping[str, str]
+) -> None:
+    """Raise :class:`AnswerChanged` when an answer's digest ``now`` is not the one the grader
+    read (``seen``, by student; None: not checked; inside the caller's transaction)."""
+    if seen is None:
+        return
+    changed = tuple(s for s in now if seen[s] != now[s])
+    if not changed:
+        return
+    marks = ", ".join("?" * len(changed))
+    (at,) = conn.execute(
+        f"SELECT MAX(graded_at) FROM results WHERE assignment = ? AND student IN ({marks})", (assignment, *changed)
+    ).fetchone()
+    raise AnswerChanged(f"the answer of {', '.join(changed)} to {question} of {assignment}", changed, str(at))
+
+
 def as_json(data: Any) -> str:
     """A decision's ``before`` or ``after``: JSON text, "" for nothing."""
     return "" if data is None else json.dumps(data, sort_keys=True, ensure_ascii=False)
@@ -287,7 +341,40 @@ def grade_json(grade: AnswerGrade | None) -> dict[str, Any] | None:
     """A grade as the history keeps it (None for no grade)."""
     if grade is None:
         return None
-    return {"items": list(grade.items), "adjust": grade.adjust, "comment": grade.comment, "points": grade.points}
+    return {
+        "items": list(grade.items),
+        "adjust": grade.adjust,
+        "comment": grade.comment,
+        "points": grade.points,
+        "answer": grade.answer,
+    }
+
+
+def require_records(conn: sqlite3.Connection, assignment: str, students: Sequence[str], name: str = "students") -> None:
+    """A ValueError naming ``name`` and the students of ``students`` with no record of ``assignment``."""
+    marks = ", ".join("?" * len(students))
+    rows = conn.execute(
+        f"SELECT student FROM results WHERE assignment = ? AND student IN ({marks})", (assignment, *students)
+    )
+    found = {s for (s,) in rows}
+    missing = [s for s in students if s not in found]
+    if missing:
+        raise ValueError(f"{name}: no record of {assignment!r} in the gradebook for {', '.join(map(repr, missing))}")
+
+
+def answer_digests(conn: sqlite3.Connection, assignment: str, question: str, students: Sequence[str]) -> dict[str, str]:
+    """The digest (:func:`.answer_images.answer_digest`) of each student's answer to ``question``
+    in their record of ``assignment`` now (a student without a record left out)."""
+    marks = ", ".join("?" * len(students))
+    rows = conn.execute(
+        f"SELECT student, json_extract(record, '$.answers') FROM results WHERE assignment = ? AND student IN ({marks})",
+        (assignment, *students),
+    )
+    found = {}
+    for student, raw in rows:
+        text, attachments = record_answers(json.loads(raw) if raw else ()).get(question, ("", {}))
+        found[student] = answer_digest(text, attachments)
+    return found
 
 
 def version_arg(name: str, value: Any) -> int:

@@ -27,7 +27,7 @@ from flask import (
 )
 from werkzeug.wrappers import Response
 
-from ..manual import AnswerGrade, Conflict
+from ..manual import AnswerChanged, AnswerGrade, Conflict
 from .context import gradebook
 from .data import assignments
 from .forms import GradeForm, grade_form, number, rubric_form
@@ -160,6 +160,10 @@ def _conflict_message(err: Conflict, assignment: str, question: str) -> str:
     """The Conflict's own sentence (who changed what, when), then what they saved; the grader's
     input stays on the page, and saving it again replaces theirs knowingly."""
     current = err.current
+    if isinstance(err, AnswerChanged):
+        if _wants_json():
+            return f"{err}. Reload the page to read the answer as it is now, then save again."
+        return f"{err}. The page shows the answer as it is now; your input is kept: save again to grade it."
     if not isinstance(current, AnswerGrade):
         return f"{err}. Their change removed the grade. Your input is kept: save again to grade."
     texts = {item.id: item.text for item in gradebook().manual.setup(assignment, question).rubric}
@@ -186,7 +190,7 @@ def grade(assignment: str, question: str) -> Response | tuple[str, int] | tuple[
     try:
         saved = store.grade(
             assignment, question, list(form.expected), items=form.items, adjust=number("adjust", form.adjust, default=0.0),
-            comment=form.comment, by=g.grader, expected=form.expected,
+            comment=form.comment, by=g.grader, expected=form.expected, seen=form.seen,
         )  # fmt: skip
     except (Conflict, ValueError) as err:
         message = _conflict_message(err, assignment, question) if isinstance(err, Conflict) else str(err)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
 
 from ...grading.registry import ASSIGNMENTS
+from ..answer_images import answer_digest, digest, record_answers
 from ..gradebook import Gradebook
 
 __all__ = ["Answer", "assignments", "answers_of"]
@@ -29,6 +30,16 @@ class Answer:
     student: str
     text: str
     attachments: dict[str, dict[str, str]]
+
+    @cached_property
+    def pictures(self) -> str:
+        """The digest of its attachments (:func:`.answer_images.digest`; "" for none)."""
+        return digest(self.attachments)
+
+    @cached_property
+    def digest(self) -> str:
+        """Its :func:`.answer_images.answer_digest`: a grade given to another digest is pending."""
+        return answer_digest(self.text, pictures=self.pictures)
 
     @property
     def blank(self) -> bool:
@@ -59,20 +70,6 @@ def answers_of(book: Gradebook, assignment: str) -> dict[str, dict[str, Answer]]
     )
     out: dict[str, dict[str, Answer]] = {}
     for student, raw in rows:
-        for entry in json.loads(raw) if raw else ():
-            _add(out, student, entry)
+        for question, (text, attachments) in record_answers(json.loads(raw) if raw else ()).items():
+            out.setdefault(question, {})[student] = Answer(student, text, attachments)
     return out
-
-
-def _add(out: dict[str, dict[str, Answer]], student: str, entry: Any) -> None:
-    if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-        return
-    text = str(entry.get("answer") or "")
-    attachments = entry.get("attachments")
-    attachments = attachments if isinstance(attachments, dict) else {}
-    per_question = out.setdefault(entry["id"], {})
-    before = per_question.get(student)
-    if before is not None:
-        text = f"{before.text}\n\n{text}".strip()
-        attachments = {**before.attachments, **attachments}
-    per_question[student] = Answer(student, text, attachments)

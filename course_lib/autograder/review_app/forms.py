@@ -21,6 +21,7 @@ class GradeForm:
         items: the rubric item ids applied.
         adjust: the adjustment as typed.
         comment: the comment to the students.
+        seen: each member's answer as the grader read it (its digest); None when not posted.
     """
 
     group: str
@@ -28,6 +29,7 @@ class GradeForm:
     items: tuple[int, ...]
     adjust: str
     comment: str
+    seen: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ def _integer(name: str, text: str) -> int:
 
 
 def grade_form(form: MultiDict[str, str]) -> GradeForm:
-    """The grade posted for a group (``group``, ``expected`` as JSON, ``item``s, ``adjust``, ``comment``)."""
+    """The grade posted for a group (``group``, ``expected`` as JSON, ``item``s, ``adjust``, ``comment``,
+    ``seen`` as JSON when posted)."""
     try:
         expected = json.loads(form.get("expected", ""))
     except ValueError:
@@ -78,7 +81,21 @@ def grade_form(form: MultiDict[str, str]) -> GradeForm:
     ):
         raise ValueError(f"expected: the members' versions as a JSON object, got {form.get('expected', '')!r}")
     items = tuple(_integer("item", i) for i in form.getlist("item"))
-    return GradeForm(form.get("group", ""), expected, items, form.get("adjust", "0"), form.get("comment", ""))
+    seen = _seen(form.get("seen"))
+    return GradeForm(form.get("group", ""), expected, items, form.get("adjust", "0"), form.get("comment", ""), seen)
+
+
+def _seen(raw: str | None) -> dict[str, str] | None:
+    """The ``seen`` field: the members' answers as read, a JSON object of strings (None when absent)."""
+    if raw is None:
+        return None
+    try:
+        seen = json.loads(raw)
+    except ValueError:
+        seen = None
+    if not isinstance(seen, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in seen.items()):
+        raise ValueError(f"seen: the members' answers as read, a JSON object of strings, got {raw!r}")
+    return seen
 
 
 def rubric_form(form: MultiDict[str, str]) -> RubricForm:

@@ -3,7 +3,10 @@
 The groups come from :func:`course_lib.autograder.answer_groups.group_answers` over the
 non-blank answers, the students a grader split off kept apart; they are cached by the answers'
 content (a page opened again after a save groups nothing anew). Each group's answer is rendered
-once (its representative's), and a member's own text only when it differs from it.
+once (its representative's), and a member's own text only when it differs from it. A grade
+given to an answer the student has changed since (a resubmission) does not count: the member
+shows "answer changed since graded by X on DATE", the group's status counts them as not
+graded, and the form keeps the earlier grade filled in, so one save confirms it for the new answer.
 """
 
 from __future__ import annotations
@@ -13,11 +16,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ..answer_groups import AnswerGroup, group_answers
-from ..answer_images import digest
 from ..answer_text import QuestionsError, questions, render_markdown
 from ..gradebook import Gradebook
 from ..manual import AnswerGrade, QuestionSetup
@@ -45,13 +47,20 @@ class Member:
         student: the student's id.
         html: their answer rendered, "" when it is the group's answer as written.
         split: whether a grader split them off (a group alone).
-        grade: their grade, None when ungraded.
+        grade: their grade, None when ungraded (kept when ``changed``: the form starts from it).
+        changed: their answer changed since ``grade`` was given: it does not count.
     """
 
     student: str
     html: str
     split: bool
     grade: AnswerGrade | None
+    changed: bool = False
+
+    @property
+    def counted(self) -> AnswerGrade | None:
+        """Their grade when it counts (given to the answer as it is now), else None."""
+        return None if self.changed else self.grade
 
 
 @dataclass(frozen=True)
@@ -63,9 +72,14 @@ class GroupView:
         number: its 1-based place on the page.
         html: the representative's answer rendered.
         members: every member, the representative first.
-        status: ``none`` (no member graded), ``uniform`` (all graded alike) or ``mixed``.
+        status: ``none`` (no member graded), ``uniform`` (all graded alike) or ``mixed``; a
+            grade given to an answer changed since is not counted.
         grade: the members' common grade when ``uniform``, else None.
         expected: each member's grade version (0: ungraded), what a save of the group is based on.
+        prefill: the grade the group's form starts from: ``grade``, else the members' common
+            grade counting those given to answers changed since (None when none or not alike).
+        seen: each member's answer as shown (its digest; empty when the group is not rendered),
+            what a save of the group is based on: an answer changed since is refused.
     """
 
     group: AnswerGroup
@@ -75,6 +89,13 @@ class GroupView:
     status: GradeStatus
     grade: AnswerGrade | None
     expected: dict[str, int]
+    prefill: AnswerGrade | None = None
+    seen: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> tuple[Member, ...]:
+        """The members whose answer changed since it was graded."""
+        return tuple(m for m in self.members if m.changed)
 
 
 @dataclass(frozen=True)
@@ -108,8 +129,13 @@ class QuestionView:
 
     @property
     def graded(self) -> int:
-        """How many answers have a grade."""
-        return sum(1 for g in self.groups for m in g.members if m.grade is not None)
+        """How many answers have a grade that counts (not one given to an answer changed since)."""
+        return sum(1 for g in self.groups for m in g.members if m.counted is not None)
+
+    @property
+    def changed(self) -> int:
+        """How many answers changed since they were graded."""
+        return sum(len(g.changed) for g in self.groups)
 
 
 _CACHE: OrderedDict[str, list[AnswerGroup]] = OrderedDict()
@@ -130,7 +156,7 @@ def grouped(answers: Mapping[str, Answer], apart: frozenset[str], *, compute: bo
         The groups, largest first (None: not cached and ``compute`` false).
     """
     texts = {s: a.text for s, a in answers.items()}
-    pictures = {s: digest(a.attachments) for s, a in answers.items()}
+    pictures = {s: a.pictures for s, a in answers.items()}
     key_of = hashlib.sha256()
     for student in sorted(texts):
         key_of.update(f"{len(student)}:{student}{len(texts[student])}:{texts[student]}{pictures[student]}".encode())
@@ -158,7 +184,7 @@ class QuestionSummary:
         id: the question's id.
         answered: how many students answered it.
         groups: into how many groups the answers fall (None: not counted yet, see :func:`summaries`).
-        graded: how many answers have a grade.
+        graded: how many answers have a grade that counts (given to the answer as it is now).
         max_points: its points (0: not graded by hand).
     """
 
@@ -183,7 +209,8 @@ def summaries(book: Gradebook, exercises: str, assignment: str, deadline: float)
     for qid in asked + [q for q in by_question if q not in asked]:
         texts = {s: a for s, a in by_question.get(qid, {}).items() if not a.blank}
         groups = grouped(texts, book.manual.splits(assignment, qid) & texts.keys(), compute=time.monotonic() < deadline)
-        graded = sum(1 for s in book.manual.grades(assignment, qid) if s in texts)
+        grades = book.manual.grades(assignment, qid)
+        graded = sum(1 for s, grade in grades.items() if s in texts and not grade.changed(texts[s].digest))
         max_points = setups[qid].max_points if qid in setups else 0.0
         out.append(QuestionSummary(qid, len(texts), None if groups is None else len(groups), graded, max_points))
     return out
@@ -253,18 +280,22 @@ def _group_view(
     render: bool,
 ) -> GroupView:
     first = given[group.students[0]]
-    members = tuple(
-        Member(
-            student,
-            ""
-            if not render or given[student].text == first.text
-            else render_markdown(given[student].text, given[student].attachments),
-            student in splits,
-            grades.get(student),
+    members = []
+    for student in group.students:
+        answer, grade = given[student], grades.get(student)
+        own = render and answer.text != first.text
+        members.append(
+            Member(
+                student,
+                render_markdown(answer.text, answer.attachments) if own else "",
+                student in splits,
+                grade,
+                grade is not None and grade.changed(answer.digest),
+            )
         )
-        for student in group.students
-    )
-    status, grade = grade_status([m.grade for m in members])
+    status, grade = grade_status([m.counted for m in members])
+    prefill = grade if grade is not None else grade_status([m.grade for m in members])[1]
     expected = {m.student: (m.grade.version if m.grade else 0) for m in members}
     html = render_markdown(first.text, first.attachments) if render else ""
-    return GroupView(group, number, html, members, status, grade, expected)
+    seen = {s: given[s].digest for s in group.students} if render else {}
+    return GroupView(group, number, html, tuple(members), status, grade, expected, prefill, seen)

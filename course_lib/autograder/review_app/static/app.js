@@ -71,6 +71,8 @@
     if (data.ok) {
       group.querySelector("[data-role=status]").innerHTML = data.status_html;
       group.dataset.status = "uniform";
+      // the saved grade is now the grade of each member's answer as it is: none is stale
+      group.querySelectorAll("[data-role=member-changed]").forEach((note) => note.remove());
       message.hidden = true;
       message.textContent = "";
       saved.textContent = "Saved.";
