@@ -1,10 +1,13 @@
-"""The look-alike pairs the review app shows: computed once per assignment, then cached.
+"""The look-alike pairs the review app shows: computed once per assignment and grading, then cached.
 
 The pairs are :func:`course_lib.autograder.class_report.pairs.lookalikes`' (the class report's
 search, with the course's exercise and solution notebooks), over the assignment's records in
 the gradebook. Computing them takes seconds for a large class, so an app keeps each
-assignment's in a :class:`PairCache` for its lifetime; decisions on them live in the gradebook
-(:meth:`ManualStore.decide_pair`), not here. Only the students' sources are kept: the
+assignment's in a :class:`PairCache`, keyed on the gradebook's state (:func:`grading_state`: the
+newest grading event of that assignment, one cheap query): a regrade written to
+the gradebook while the app runs gives fresh pairs on the next request. Decisions on them live
+in the gradebook (:meth:`ManualStore.decide_pair`, by the students' ids), not here, so they
+still show after a regrade. Only the students' sources are kept: the
 solution's code is read for the comparison and dropped.
 """
 
@@ -21,7 +24,10 @@ from ..gradebook import Gradebook
 from ..lookalike import REFERENCE, Region
 from ..record import Record
 
-__all__ = ["ShownPair", "AssignmentPairs", "compute_pairs", "PairCache", "REFERENCE"]
+__all__ = ["ShownPair", "AssignmentPairs", "compute_pairs", "grading_state", "PairCache", "REFERENCE"]
+
+#: The events that change what the pairs are computed from (a record's code): a grading.
+_GRADINGS = ("graded", "regraded", "resubmitted")
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,25 @@ def _rows(db: str | Path, assignment: str) -> list[Row]:
     return [(student, Record.from_json(json.loads(record))) for student, record in rows]
 
 
+def grading_state(book: Gradebook, assignment: str) -> int:
+    """The id of the assignment's newest grading event (0 when none): it changes when
+    ``course-lib grade`` stores a grading of the assignment, and only then (a review decision
+    or an override changes a score, not the code the pairs compare).
+
+    Args:
+        book: the gradebook.
+        assignment: the assignment's name.
+
+    Returns:
+        The event's id.
+    """
+    marks = ", ".join("?" * len(_GRADINGS))
+    row = book.conn.execute(
+        f"SELECT MAX(id) FROM events WHERE assignment = ? AND kind IN ({marks})", (assignment, *_GRADINGS)
+    ).fetchone()
+    return int(row[0] or 0)
+
+
 def compute_pairs(db: str | Path, assignment: str, exercises: str | Path, solutions: str | Path) -> AssignmentPairs:
     """An assignment's look-alike pairs, as the class report finds them
     (:func:`~course_lib.autograder.class_report.pairs.assignment_lookalikes`).
@@ -120,19 +145,42 @@ def compute_pairs(db: str | Path, assignment: str, exercises: str | Path, soluti
 
 class PairCache:
     """Each assignment's pairs, computed on first use (one computation at a time per assignment,
-    other requests for it wait) and kept for the app's lifetime."""
+    other requests for it wait) and kept while the gradebook's :func:`grading_state` of that
+    assignment stays the same (a regrade: computed again on the next request)."""
 
     def __init__(self, db: str | Path, exercises: str | Path, solutions: str | Path):
         self.db, self.exercises, self.solutions = db, exercises, solutions
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
-        self._pairs: dict[str, AssignmentPairs] = {}
+        self._pairs: dict[str, tuple[int, AssignmentPairs]] = {}
+
+    def _state(self, assignment: str) -> int:
+        with Gradebook(self.db) as book:
+            return grading_state(book, assignment)
 
     def get(self, assignment: str) -> AssignmentPairs:
-        """The assignment's pairs (computed now if not yet)."""
+        """The assignment's pairs (computed now if not yet, or if graded again since)."""
         with self._lock:
             lock = self._locks.setdefault(assignment, threading.Lock())
         with lock:
-            if assignment not in self._pairs:
-                self._pairs[assignment] = compute_pairs(self.db, assignment, self.exercises, self.solutions)
-            return self._pairs[assignment]
+            state = self._state(assignment)
+            kept = self._pairs.get(assignment)
+            if kept is None or kept[0] != state:
+                kept = (state, compute_pairs(self.db, assignment, self.exercises, self.solutions))
+                self._pairs[assignment] = kept
+            return kept[1]
+
+    def peek(self, book: Gradebook, assignment: str) -> AssignmentPairs | None:
+        """The assignment's pairs if they are computed and fresh, else None (never computes).
+
+        Args:
+            book: the gradebook (the caller's open one: one cheap query).
+            assignment: the assignment's name.
+
+        Returns:
+            The cached pairs, or None.
+        """
+        kept = self._pairs.get(assignment)
+        if kept is None or kept[0] != grading_state(book, assignment):
+            return None
+        return kept[1]
