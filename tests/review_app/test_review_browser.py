@@ -106,6 +106,21 @@ def test_a_group_is_graded_with_the_keyboard_without_a_reload(page, served):
     assert not page.problems, page.problems
 
 
+def test_after_a_save_with_the_keyboard_the_members_show_their_new_points(page, served):
+    first = page.locator("section.group").first
+    first.get_by_text("Members (3)").click()
+    shown = {s: first.locator(f'li[data-student="{s}"] [data-role=points]') for s in ("ann", "bob", "cat")}
+    assert [p.inner_text() for p in shown.values()] == ["", "", ""]  # nobody graded yet
+    page.keyboard.press("j")
+    page.keyboard.press("1")  # "explains the constant": 2 points
+    page.keyboard.press("2")  # "wrong sign": -1
+    page.keyboard.press("Enter")
+    first.get_by_text("Graded: 1 points").wait_for()
+    assert all(p.is_visible() for p in shown.values())
+    assert [p.inner_text() for p in shown.values()] == ["1 pts", "1 pts", "1 pts"]
+    assert not page.problems, page.problems
+
+
 def test_a_member_split_off_is_graded_apart(page, served):
     _, db, _ = served
     first = page.locator("section.group").first

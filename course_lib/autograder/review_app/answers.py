@@ -177,7 +177,11 @@ def _wants_json() -> bool:
 
 @answers.post("/a/<assignment>/q/<question>/grade")
 def grade(assignment: str, question: str) -> Response | tuple[str, int] | tuple[Response, int]:
-    """Grade a whole group in one save; a Conflict or a bad value keeps what was typed."""
+    """Grade a whole group in one save; a Conflict or a bad value keeps what was typed.
+
+    Answered as JSON when asked (``Accept: application/json``, the page's script): ``expected``
+    (each member's new version), ``status_html`` (the group's status line) and ``points`` (each
+    member's points as their line in the members' list shows them)."""
     try:
         form = grade_form(request.form)
     except ValueError as err:
@@ -195,7 +199,8 @@ def grade(assignment: str, question: str) -> Response | tuple[str, int] | tuple[
         return _back(assignment, question, f"g-{form.group}", form.group)
     status, common = grade_status(list(saved))
     html = get_template_attribute("macros.html", "group_status")(status, common, len(saved), len(saved))
-    return jsonify(ok=True, expected={s.student: s.version for s in saved}, status_html=str(html))
+    points = {s.student: f"{s.points:g} pts" for s in saved}  # each member's line (macros.html)
+    return jsonify(ok=True, expected={s.student: s.version for s in saved}, status_html=str(html), points=points)
 
 
 def _refused(
