@@ -31,6 +31,7 @@ from ..manual import AnswerGrade, Conflict
 from .context import gradebook
 from .data import assignments
 from .forms import GradeForm, grade_form, number, rubric_form
+from .history_text import describe, item_texts
 from .question_view import GroupView, grade_status, question_view, summaries
 
 __all__ = ["answers"]
@@ -228,13 +229,13 @@ def split(assignment: str, question: str) -> Response:
 
 @answers.get("/a/<assignment>/q/<question>/history")
 def history(assignment: str, question: str) -> str:
-    """Every decision on this question: its setup, its answers' grades and splits, oldest first."""
-    decisions = [
-        d for d in gradebook().manual.history(assignment) if d.target == question or d.target.startswith(question + "/")
-    ]
+    """Every decision on this question: its setup, its answers' grades and splits, oldest first,
+    each as a sentence of what changed (:mod:`.history_text`)."""
+    everything = gradebook().manual.history(assignment)
+    decisions = [d for d in everything if d.target == question or d.target.startswith(question + "/")]
     student = request.args.get("student")
     if student:
         decisions = [d for d in decisions if d.target in (question, f"{question}/{student}")]
-    return render_template(
-        "history.html", assignment=assignment, question=question, decisions=decisions, student=student
-    )
+    texts = item_texts(everything)
+    rows = [(d, describe(d, texts)) for d in decisions]
+    return render_template("history.html", assignment=assignment, question=question, rows=rows, student=student)
