@@ -29,9 +29,11 @@ from werkzeug.wrappers import Response
 
 from ..manual import AnswerGrade, Conflict
 from .context import gradebook
-from .data import assignments
+from .data import assignments, held_count
 from .forms import GradeForm, grade_form, number, rubric_form
 from .history_text import describe, item_texts
+from .pair_list import pair_count
+from .pairs import pair_cache
 from .question_view import GroupView, grade_status, question_view, summaries
 
 __all__ = ["answers"]
@@ -46,13 +48,18 @@ INDEX_GROUPING_SECONDS = 1.0
 
 @answers.get("/")
 def index() -> str:
-    """Per assignment, its questions: answered, groups, graded, points; links to the other pages."""
+    """Per assignment, its questions (answered, groups, graded, points), its records held for
+    review (how many resolved) and its look-alike pairs (how many decided; counted only when
+    already computed: the index never computes them); links to the other pages."""
     book = gradebook()
     deadline = time.monotonic() + INDEX_GROUPING_SECONDS
-    rows = [
-        (assignment, summaries(book, current_app.config["EXERCISES"], assignment, deadline))
-        for assignment in assignments(book)
-    ]
+    cache = pair_cache()
+    rows = []
+    for assignment in assignments(book):
+        found = cache.peek(book, assignment)
+        pairs = None if found is None else pair_count(found, book.manual.pairs(assignment))
+        questions = summaries(book, current_app.config["EXERCISES"], assignment, deadline)
+        rows.append((assignment, questions, held_count(book, assignment), pairs))
     return render_template("index.html", assignments=rows)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ...grading.registry import ASSIGNMENTS
 from ..gradebook import Gradebook
 
-__all__ = ["Answer", "assignments", "answers_of"]
+__all__ = ["Answer", "HeldCount", "assignments", "answers_of", "held_count"]
 
 
 @dataclass(frozen=True)
@@ -76,3 +76,37 @@ def _add(out: dict[str, dict[str, Answer]], student: str, entry: Any) -> None:
         text = f"{before.text}\n\n{text}".strip()
         attachments = {**before.attachments, **attachments}
     per_question[student] = Answer(student, text, attachments)
+
+
+@dataclass(frozen=True)
+class HeldCount:
+    """How many of an assignment's records are held for review.
+
+    Args:
+        held: records whose status is ``review``.
+        resolved: of those, how many a person accepted, rejected or overrode (and not cleared since).
+    """
+
+    held: int
+    resolved: int
+
+
+def held_count(book: Gradebook, assignment: str) -> HeldCount:
+    """The assignment's records held for review, and how many are resolved: one query (each
+    held record's newest adjusting or grading event, read through the events' index), as
+    :func:`course_lib.autograder.history.current_adjustments` decides.
+
+    Args:
+        book: the gradebook.
+        assignment: the assignment's name.
+
+    Returns:
+        The :class:`HeldCount`.
+    """
+    row = book.conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM((SELECT e.kind FROM events e WHERE e.student = r.student "
+        "AND e.assignment = r.assignment AND e.kind != 'regraded' ORDER BY e.id DESC LIMIT 1) "
+        "IN ('override', 'accepted', 'rejected')), 0) FROM results r WHERE r.assignment = ? AND r.status = 'review'",
+        (assignment,),
+    ).fetchone()
+    return HeldCount(int(row[0]), int(row[1]))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +23,19 @@ from ..class_report.data import Row, functions_of
 from ..class_report.pairs import assignment_lookalikes, student_sources
 from ..gradebook import Gradebook
 from ..lookalike import REFERENCE, Region
+from ..manual import PairDecision, pair_key
 from ..record import Record
 
-__all__ = ["ShownPair", "AssignmentPairs", "compute_pairs", "grading_state", "PairCache", "REFERENCE"]
+__all__ = [
+    "ShownPair",
+    "AssignmentPairs",
+    "PairCount",
+    "compute_pairs",
+    "grading_state",
+    "pair_count",
+    "PairCache",
+    "REFERENCE",
+]
 
 #: The events that change what the pairs are computed from (a record's code): a grading.
 _GRADINGS = ("graded", "regraded", "resubmitted")
@@ -76,6 +87,35 @@ class AssignmentPairs:
     pairs: tuple[ShownPair, ...]
     sources: dict[str, dict[str, str]]
     compared: int
+
+
+@dataclass(frozen=True)
+class PairCount:
+    """How many look-alike pairs an assignment has, and how many are decided.
+
+    Args:
+        pairs: the pairs found.
+        confirmed: of those, the ones confirmed.
+        dismissed: of those, the ones dismissed.
+    """
+
+    pairs: int
+    confirmed: int
+    dismissed: int
+
+
+def pair_count(found: AssignmentPairs, decisions: Mapping[tuple[str, str], PairDecision]) -> PairCount:
+    """The pairs of ``found`` and their decisions (a decision on a pair no longer found: not counted).
+
+    Args:
+        found: the assignment's pairs.
+        decisions: :meth:`ManualStore.pairs` of the assignment (keyed by the sorted students).
+
+    Returns:
+        The :class:`PairCount`.
+    """
+    verdicts = [decisions[k].verdict for k in (pair_key(p.a, p.b) for p in found.pairs) if k in decisions]
+    return PairCount(len(found.pairs), verdicts.count("confirmed"), verdicts.count("dismissed"))
 
 
 def _rows(db: str | Path, assignment: str) -> list[Row]:
