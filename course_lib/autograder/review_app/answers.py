@@ -29,7 +29,7 @@ from werkzeug.wrappers import Response
 
 from ..manual import AnswerGrade, Conflict
 from .context import gradebook
-from .data import assignments, held_count
+from .data import HeldCount, assignments, held_counts
 from .forms import GradeForm, grade_form, number, rubric_form
 from .history_text import describe, item_texts
 from .pair_list import pair_count
@@ -53,13 +53,13 @@ def index() -> str:
     already computed: the index never computes them); links to the other pages."""
     book = gradebook()
     deadline = time.monotonic() + INDEX_GROUPING_SECONDS
-    cache = pair_cache()
+    cache, held = pair_cache(), held_counts(book)
     rows = []
     for assignment in assignments(book):
         found = cache.peek(book, assignment)
         pairs = None if found is None else pair_count(found, book.manual.pairs(assignment))
         questions = summaries(book, current_app.config["EXERCISES"], assignment, deadline)
-        rows.append((assignment, questions, held_count(book, assignment), pairs))
+        rows.append((assignment, questions, held.get(assignment, HeldCount(0, 0)), pairs))
     return render_template("index.html", assignments=rows)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ...grading.registry import ASSIGNMENTS
 from ..gradebook import Gradebook
 
-__all__ = ["Answer", "HeldCount", "assignments", "answers_of", "held_count"]
+__all__ = ["Answer", "HeldCount", "assignments", "answers_of", "held_counts"]
 
 
 @dataclass(frozen=True)
@@ -91,22 +91,20 @@ class HeldCount:
     resolved: int
 
 
-def held_count(book: Gradebook, assignment: str) -> HeldCount:
-    """The assignment's records held for review, and how many are resolved: one query (each
-    held record's newest adjusting or grading event, read through the events' index), as
+def held_counts(book: Gradebook) -> dict[str, HeldCount]:
+    """Every assignment's records held for review, and how many are resolved, in one query
+    (each held record's newest adjusting or grading event, read through the events' index), as
     :func:`course_lib.autograder.history.current_adjustments` decides.
 
     Args:
         book: the gradebook.
-        assignment: the assignment's name.
 
     Returns:
-        The :class:`HeldCount`.
+        Assignment -> :class:`HeldCount` (an assignment with no held record: absent).
     """
-    row = book.conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM((SELECT e.kind FROM events e WHERE e.student = r.student "
+    rows = book.conn.execute(
+        "SELECT r.assignment, COUNT(*), SUM((SELECT e.kind FROM events e WHERE e.student = r.student "
         "AND e.assignment = r.assignment AND e.kind != 'regraded' ORDER BY e.id DESC LIMIT 1) "
-        "IN ('override', 'accepted', 'rejected')), 0) FROM results r WHERE r.assignment = ? AND r.status = 'review'",
-        (assignment,),
-    ).fetchone()
-    return HeldCount(int(row[0]), int(row[1]))
+        "IN ('override', 'accepted', 'rejected')) FROM results r WHERE r.status = 'review' GROUP BY r.assignment"
+    )
+    return {assignment: HeldCount(int(held), int(resolved or 0)) for assignment, held, resolved in rows}
