@@ -43,7 +43,7 @@ def test_a_grade_reads_as_points_before_and_after_its_items_and_its_comment(db):
 
 
 def test_a_question_setup_reads_as_its_points_and_the_rubric_items_added_removed_and_changed(db):
-    good, bad = set_rubric(db)
+    good, _ = set_rubric(db)
     with Gradebook(db) as book:
         version = book.manual.setup(A, Q).version
         book.manual.set_question(

@@ -32,8 +32,11 @@ def _load(text: str) -> Any:
         return None
 
 
-def _num(x: Any) -> str:
-    return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "?"
+def _num(x: Any, sign: str = "") -> str:
+    """A number as the pages show it (``sign="+"``: with its sign), "?" for anything else."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return "?"
+    return f"{x:+g}" if sign else f"{x:g}"
 
 
 def _quote(text: Any) -> str:
@@ -77,7 +80,7 @@ def _setup(before: Any, after: Any) -> str:
     parts = [f"{was} → {now} points" if was is not None and was != now else f"{now} points"]
     old = {i: (t, p) for i, t, p in _rubric(before)}
     new = {i: (t, p) for i, t, p in _rubric(after)}
-    shown = lambda tp: f"{tp[0]} ({'%+g' % tp[1] if isinstance(tp[1], (int, float)) else '?'})"  # noqa: E731
+    shown = lambda tp: f"{tp[0]} ({_num(tp[1], '+')})"  # noqa: E731
     added = [shown(new[i]) for i in new if i not in old]
     removed = [shown(old[i]) for i in old if i not in new]
     edited = [f"{shown(old[i])} → {shown(new[i])}" for i in new if i in old and old[i] != new[i]]
@@ -97,7 +100,7 @@ def _grade_parts(grade: Any, texts: Mapping[int, str]) -> dict[str, str]:
     return {
         "points": _num(grade.get("points")),
         "items": ", ".join(items) or "none",
-        "adjustment": "%+g" % grade["adjust"] if isinstance(grade.get("adjust"), (int, float)) else "?",
+        "adjustment": _num(grade.get("adjust"), "+"),
         "comment": _quote(grade.get("comment") or "") or "none",
     }
 
