@@ -37,7 +37,7 @@ def client(app):
 def _counts(client) -> tuple[str, str]:
     """The index's held and pairs lines of assignment A."""
     page = client.get("/").get_data(as_text=True)
-    found = dict(re.findall(r'<span data-role="(held|pairs)">([^<]*)</span>', page))
+    found = dict(re.findall(r'data-role="(held|pairs)">([^<]*)</a>', page))
     return found["held"], found["pairs"]
 
 
