@@ -204,7 +204,7 @@ def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_err
     tab.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
     tab.on("pageerror", lambda exc: problems.append(str(exc)))
     tab.goto(server.url)
-    for path in (PAGE, "/"):
+    for path in (PAGE, "/", f"{PAGE}/history"):
         tab.goto(f"http://127.0.0.1:{server.port}{path}")
     cookies = strict.cookies()
     strict.close()
@@ -215,7 +215,7 @@ def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_err
     tab = context.new_page()
     SHOTS.mkdir(parents=True, exist_ok=True)
     found = {}
-    for name, path in (("question", PAGE), ("index", "/")):
+    for name, path in (("question", PAGE), ("index", "/"), ("history", f"{PAGE}/history")):
         tab.goto(f"http://127.0.0.1:{server.port}{path}")
         tab.eval_on_selector_all("details", "all => all.forEach(d => { d.open = true; })")
         tab.keyboard.press("?") if name == "question" else None
@@ -223,5 +223,5 @@ def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_err
         found[name] = axe_violations(tab, impacts=ALL_IMPACTS)
     background = tab.evaluate("() => getComputedStyle(document.body).backgroundColor")
     context.close()
-    assert found == {"question": [], "index": []}, found
+    assert found == {"question": [], "index": [], "history": []}, found
     assert background == ("rgb(22, 24, 28)" if mode == "dark" else "rgb(255, 255, 255)"), background
