@@ -132,6 +132,9 @@ class Grader:
         assert self.page.input_value("#grader-name") == name
 
     def open(self, path: str) -> None:
+        # the page shown may still load its style sheets (a form's answer whose text was already
+        # read): leaving it now would abort them, a "request failed" that is no fault of the app
+        self.page.wait_for_load_state("load")
         response = self.page.goto(self.base + path)
         assert response is not None and response.status == 200, (path, response and response.status)
 

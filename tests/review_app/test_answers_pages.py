@@ -152,6 +152,20 @@ def test_a_grade_saved_by_script_answers_json_with_the_new_versions(client, app,
     assert "Graded: 2 points" in data["status_html"]
 
 
+def test_a_grade_saved_by_script_answers_each_members_new_points(client, app, db):
+    good, bad = set_rubric(db)
+    expected = _expected(client.get(PAGE).get_data(as_text=True), "ann")
+    headers = {"Accept": "application/json", "X-CSRF-Token": csrf(app)}
+    form = {"expected": json.dumps(expected), "item": [str(good), str(bad)], "adjust": "0.5"}
+    data = client.post(f"{PAGE}/grade", data=form, headers=headers).get_json()
+    assert data["points"] == {"ann": "1.5 pts", "bob": "1.5 pts", "cat": "1.5 pts"}
+    html = client.get(PAGE).get_data(as_text=True)
+    assert (
+        '<li data-student="cat">\n        <span>cat</span> <span class="muted" data-role="points">1.5 pts</span>'
+        in html
+    )
+
+
 def test_a_second_grader_sees_the_first_graders_change_and_keeps_their_input(app, db):
     good, bad = set_rubric(db)
     first, second = app.test_client(), app.test_client()

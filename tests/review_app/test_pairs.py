@@ -150,6 +150,46 @@ def test_the_pairs_are_computed_once_per_assignment(app, monkeypatch):
     assert len(calls) == 1
 
 
+def _rows(client) -> list[str]:
+    """The rows of the assignment's list of pairs."""
+    page = client.get(f"/a/{A}/pairs").get_data(as_text=True)
+    return re.findall(r"<tr>\s*<th scope=\"row\">.*?</tr>", page, re.S)
+
+
+def test_a_regrade_while_the_app_runs_gives_fresh_pairs_and_keeps_the_decisions(app, db):
+    from course_lib.autograder.record import Record
+
+    client = _client(app)
+    response = _decide(client, STUDENTS, _page(client, STUDENTS), verdict="confirmed", note="same loop")
+    assert response.status_code == 303
+    assert not [r for r in _rows(client) if "<td>fred</td>" in r and "<td>cara</td>" in r]
+    copied = LOOP.replace("shifted", "moved")  # fred's notebook graded again: now cara's loop
+    with Gradebook(db) as book:
+        book.save(
+            "fred",
+            Record(A, "2" * 64, "graded", 7.0, 10.0, sources={"softmax": copied}, absent=frozenset()),
+            "test",
+            0.1,
+        )
+    rows = _rows(client)
+    assert any("<td>fred</td>" in r and "<td>cara</td>" in r and "100.0%" in r for r in rows)
+    (cara_dave,) = [r for r in rows if "<td>cara</td>" in r and "<td>dave</td>" in r]
+    assert "confirmed</span> by ann: same loop" in cara_dave
+
+
+def test_a_review_decision_does_not_compute_the_pairs_again(app, db, monkeypatch):
+    from course_lib.autograder.adjust import resolve
+
+    calls = []
+    real = pair_list.compute_pairs
+    monkeypatch.setattr(pair_list, "compute_pairs", lambda *a: calls.append(a) or real(*a))
+    client = _client(app)
+    assert client.get(f"/a/{A}/pairs").status_code == 200
+    resolve(db, "hugo", A, accept=True, points=6.0, reason="fine", by="ann")
+    assert client.get(f"/a/{A}/pairs").status_code == 200
+    assert len(calls) == 1
+
+
 def test_hostile_ids_and_code_in_a_pair_are_shown_as_text(tmp_path):
     from course_lib.autograder.record import Record
 

@@ -40,6 +40,9 @@ def test_a_grader_confirms_a_pair_with_a_note(browser, served, mode):  # noqa: F
     ann.open(f"/a/{A}/pairs/2")  # the reference solution's pair
     reference = page.locator("main").inner_text()
     codes = page.locator(".side .code").count()
+    ann.open("/")  # the index counts the held records and the pairs computed
+    counts = page.locator("ul.links").inner_text()
+    violations += ann.axe()
     ann.close()
 
     (region,) = compute_pairs(db, A, ROOT / "exercises", ROOT / "solutions").pairs[0].regions
@@ -49,6 +52,7 @@ def test_a_grader_confirms_a_pair_with_a_note(browser, served, mode):  # noqa: F
         stored = book.manual.pairs(A)[("cara", "dave")]
     assert (stored.verdict, stored.note, stored.by) == ("confirmed", "the same loop, line for line", "ann")
     assert codes == 1 and "Not shown: the solution's code" in reference
+    assert "3 held for review (0 resolved)" in counts and "3 look-alike pairs (1 confirmed, 0 dismissed)" in counts
     assert not [s for s in SOLUTION_ONLY if s in reference]
     assert not violations, violations
     assert not ann.problems, ann.problems

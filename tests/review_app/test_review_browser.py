@@ -106,6 +106,21 @@ def test_a_group_is_graded_with_the_keyboard_without_a_reload(page, served):
     assert not page.problems, page.problems
 
 
+def test_after_a_save_with_the_keyboard_the_members_show_their_new_points(page, served):
+    first = page.locator("section.group").first
+    first.get_by_text("Members (3)").click()
+    shown = {s: first.locator(f'li[data-student="{s}"] [data-role=points]') for s in ("ann", "bob", "cat")}
+    assert [p.inner_text() for p in shown.values()] == ["", "", ""]  # nobody graded yet
+    page.keyboard.press("j")
+    page.keyboard.press("1")  # "explains the constant": 2 points
+    page.keyboard.press("2")  # "wrong sign": -1
+    page.keyboard.press("Enter")
+    first.get_by_text("Graded: 1 points").wait_for()
+    assert all(p.is_visible() for p in shown.values())
+    assert [p.inner_text() for p in shown.values()] == ["1 pts", "1 pts", "1 pts"]
+    assert not page.problems, page.problems
+
+
 def test_a_member_split_off_is_graded_apart(page, served):
     _, db, _ = served
     first = page.locator("section.group").first
@@ -189,7 +204,7 @@ def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_err
     tab.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
     tab.on("pageerror", lambda exc: problems.append(str(exc)))
     tab.goto(server.url)
-    for path in (PAGE, "/"):
+    for path in (PAGE, "/", f"{PAGE}/history"):
         tab.goto(f"http://127.0.0.1:{server.port}{path}")
     cookies = strict.cookies()
     strict.close()
@@ -200,7 +215,7 @@ def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_err
     tab = context.new_page()
     SHOTS.mkdir(parents=True, exist_ok=True)
     found = {}
-    for name, path in (("question", PAGE), ("index", "/")):
+    for name, path in (("question", PAGE), ("index", "/"), ("history", f"{PAGE}/history")):
         tab.goto(f"http://127.0.0.1:{server.port}{path}")
         tab.eval_on_selector_all("details", "all => all.forEach(d => { d.open = true; })")
         tab.keyboard.press("?") if name == "question" else None
@@ -208,5 +223,5 @@ def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_err
         found[name] = axe_violations(tab, impacts=ALL_IMPACTS)
     background = tab.evaluate("() => getComputedStyle(document.body).backgroundColor")
     context.close()
-    assert found == {"question": [], "index": []}, found
+    assert found == {"question": [], "index": [], "history": []}, found
     assert background == ("rgb(22, 24, 28)" if mode == "dark" else "rgb(255, 255, 255)"), background

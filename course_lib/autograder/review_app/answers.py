@@ -29,8 +29,11 @@ from werkzeug.wrappers import Response
 
 from ..manual import AnswerChanged, AnswerGrade, Conflict
 from .context import gradebook
-from .data import assignments
+from .data import HeldCount, assignments, held_counts
 from .forms import GradeForm, grade_form, number, rubric_form
+from .history_text import describe, item_texts
+from .pair_list import pair_count
+from .pairs import pair_cache
 from .question_view import GroupView, grade_status, question_view, summaries
 
 __all__ = ["answers"]
@@ -45,13 +48,18 @@ INDEX_GROUPING_SECONDS = 1.0
 
 @answers.get("/")
 def index() -> str:
-    """Per assignment, its questions: answered, groups, graded, points; links to the other pages."""
+    """Per assignment, its questions (answered, groups, graded, points), its records held for
+    review (how many resolved) and its look-alike pairs (how many decided; counted only when
+    already computed: the index never computes them); links to the other pages."""
     book = gradebook()
     deadline = time.monotonic() + INDEX_GROUPING_SECONDS
-    rows = [
-        (assignment, summaries(book, current_app.config["EXERCISES"], assignment, deadline))
-        for assignment in assignments(book)
-    ]
+    cache, held = pair_cache(), held_counts(book)
+    rows = []
+    for assignment in assignments(book):
+        found = cache.peek(book, assignment)
+        pairs = None if found is None else pair_count(found, book.manual.pairs(assignment))
+        questions = summaries(book, current_app.config["EXERCISES"], assignment, deadline)
+        rows.append((assignment, questions, held.get(assignment, HeldCount(0, 0)), pairs))
     return render_template("index.html", assignments=rows)
 
 
@@ -181,7 +189,11 @@ def _wants_json() -> bool:
 
 @answers.post("/a/<assignment>/q/<question>/grade")
 def grade(assignment: str, question: str) -> Response | tuple[str, int] | tuple[Response, int]:
-    """Grade a whole group in one save; a Conflict or a bad value keeps what was typed."""
+    """Grade a whole group in one save; a Conflict or a bad value keeps what was typed.
+
+    Answered as JSON when asked (``Accept: application/json``, the page's script): ``expected``
+    (each member's new version), ``status_html`` (the group's status line) and ``points`` (each
+    member's points as their line in the members' list shows them)."""
     try:
         form = grade_form(request.form)
     except ValueError as err:
@@ -199,7 +211,8 @@ def grade(assignment: str, question: str) -> Response | tuple[str, int] | tuple[
         return _back(assignment, question, f"g-{form.group}", form.group)
     status, common = grade_status(list(saved))
     html = get_template_attribute("macros.html", "group_status")(status, common, len(saved), len(saved))
-    return jsonify(ok=True, expected={s.student: s.version for s in saved}, status_html=str(html))
+    points = {s.student: f"{s.points:g} pts" for s in saved}  # each member's line (macros.html)
+    return jsonify(ok=True, expected={s.student: s.version for s in saved}, status_html=str(html), points=points)
 
 
 def _refused(
@@ -227,13 +240,13 @@ def split(assignment: str, question: str) -> Response:
 
 @answers.get("/a/<assignment>/q/<question>/history")
 def history(assignment: str, question: str) -> str:
-    """Every decision on this question: its setup, its answers' grades and splits, oldest first."""
-    decisions = [
-        d for d in gradebook().manual.history(assignment) if d.target == question or d.target.startswith(question + "/")
-    ]
+    """Every decision on this question: its setup, its answers' grades and splits, oldest first,
+    each as a sentence of what changed (:mod:`.history_text`)."""
+    everything = gradebook().manual.history(assignment)
+    decisions = [d for d in everything if d.target == question or d.target.startswith(question + "/")]
     student = request.args.get("student")
     if student:
         decisions = [d for d in decisions if d.target in (question, f"{question}/{student}")]
-    return render_template(
-        "history.html", assignment=assignment, question=question, decisions=decisions, student=student
-    )
+    texts = item_texts(everything)
+    rows = [(d, describe(d, texts)) for d in decisions]
+    return render_template("history.html", assignment=assignment, question=question, rows=rows, student=student)

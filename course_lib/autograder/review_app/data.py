@@ -14,7 +14,7 @@ from ...grading.registry import ASSIGNMENTS
 from ..answer_images import answer_digest, digest, record_answers
 from ..gradebook import Gradebook
 
-__all__ = ["Answer", "assignments", "answers_of"]
+__all__ = ["Answer", "HeldCount", "assignments", "answers_of", "held_counts"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +73,35 @@ def answers_of(book: Gradebook, assignment: str) -> dict[str, dict[str, Answer]]
         for question, (text, attachments) in record_answers(json.loads(raw) if raw else ()).items():
             out.setdefault(question, {})[student] = Answer(student, text, attachments)
     return out
+
+
+@dataclass(frozen=True)
+class HeldCount:
+    """How many of an assignment's records are held for review.
+
+    Args:
+        held: records whose status is ``review``.
+        resolved: of those, how many a person accepted, rejected or overrode (and not cleared since).
+    """
+
+    held: int
+    resolved: int
+
+
+def held_counts(book: Gradebook) -> dict[str, HeldCount]:
+    """Every assignment's records held for review, and how many are resolved, in one query
+    (each held record's newest adjusting or grading event, read through the events' index), as
+    :func:`course_lib.autograder.history.current_adjustments` decides.
+
+    Args:
+        book: the gradebook.
+
+    Returns:
+        Assignment -> :class:`HeldCount` (an assignment with no held record: absent).
+    """
+    rows = book.conn.execute(
+        "SELECT r.assignment, COUNT(*), SUM((SELECT e.kind FROM events e WHERE e.student = r.student "
+        "AND e.assignment = r.assignment AND e.kind != 'regraded' ORDER BY e.id DESC LIMIT 1) "
+        "IN ('override', 'accepted', 'rejected')) FROM results r WHERE r.status = 'review' GROUP BY r.assignment"
+    )
+    return {assignment: HeldCount(int(held), int(resolved or 0)) for assignment, held, resolved in rows}

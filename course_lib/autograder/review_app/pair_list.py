@@ -1,10 +1,13 @@
-"""The look-alike pairs the review app shows: computed once per assignment, then cached.
+"""The look-alike pairs the review app shows: computed once per assignment and grading, then cached.
 
 The pairs are :func:`course_lib.autograder.class_report.pairs.lookalikes`' (the class report's
 search, with the course's exercise and solution notebooks), over the assignment's records in
 the gradebook. Computing them takes seconds for a large class, so an app keeps each
-assignment's in a :class:`PairCache` for its lifetime; decisions on them live in the gradebook
-(:meth:`ManualStore.decide_pair`), not here. Only the students' sources are kept: the
+assignment's in a :class:`PairCache`, keyed on the gradebook's state (:func:`grading_state`: the
+newest grading event of that assignment, one cheap query): a regrade written to
+the gradebook while the app runs gives fresh pairs on the next request. Decisions on them live
+in the gradebook (:meth:`ManualStore.decide_pair`, by the students' ids), not here, so they
+still show after a regrade. Only the students' sources are kept: the
 solution's code is read for the comparison and dropped.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +23,22 @@ from ..class_report.data import Row, functions_of
 from ..class_report.pairs import assignment_lookalikes, student_sources
 from ..gradebook import Gradebook
 from ..lookalike import REFERENCE, Region
+from ..manual import PairDecision, pair_key
 from ..record import Record
 
-__all__ = ["ShownPair", "AssignmentPairs", "compute_pairs", "PairCache", "REFERENCE"]
+__all__ = [
+    "ShownPair",
+    "AssignmentPairs",
+    "PairCount",
+    "compute_pairs",
+    "grading_state",
+    "pair_count",
+    "PairCache",
+    "REFERENCE",
+]
+
+#: The events that change what the pairs are computed from (a record's code): a grading.
+_GRADINGS = ("graded", "regraded", "resubmitted")
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,35 @@ class AssignmentPairs:
     compared: int
 
 
+@dataclass(frozen=True)
+class PairCount:
+    """How many look-alike pairs an assignment has, and how many are decided.
+
+    Args:
+        pairs: the pairs found.
+        confirmed: of those, the ones confirmed.
+        dismissed: of those, the ones dismissed.
+    """
+
+    pairs: int
+    confirmed: int
+    dismissed: int
+
+
+def pair_count(found: AssignmentPairs, decisions: Mapping[tuple[str, str], PairDecision]) -> PairCount:
+    """The pairs of ``found`` and their decisions (a decision on a pair no longer found: not counted).
+
+    Args:
+        found: the assignment's pairs.
+        decisions: :meth:`ManualStore.pairs` of the assignment (keyed by the sorted students).
+
+    Returns:
+        The :class:`PairCount`.
+    """
+    verdicts = [decisions[k].verdict for k in (pair_key(p.a, p.b) for p in found.pairs) if k in decisions]
+    return PairCount(len(found.pairs), verdicts.count("confirmed"), verdicts.count("dismissed"))
+
+
 def _rows(db: str | Path, assignment: str) -> list[Row]:
     """The assignment's records, sorted by student (only that assignment's JSON is read)."""
     with Gradebook(db) as book:
@@ -79,6 +125,25 @@ def _rows(db: str | Path, assignment: str) -> list[Row]:
             "SELECT student, record FROM results WHERE assignment = ? ORDER BY student", (assignment,)
         ).fetchall()
     return [(student, Record.from_json(json.loads(record))) for student, record in rows]
+
+
+def grading_state(book: Gradebook, assignment: str) -> int:
+    """The id of the assignment's newest grading event (0 when none): it changes when
+    ``course-lib grade`` stores a grading of the assignment, and only then (a review decision
+    or an override changes a score, not the code the pairs compare).
+
+    Args:
+        book: the gradebook.
+        assignment: the assignment's name.
+
+    Returns:
+        The event's id.
+    """
+    marks = ", ".join("?" * len(_GRADINGS))
+    row = book.conn.execute(
+        f"SELECT MAX(id) FROM events WHERE assignment = ? AND kind IN ({marks})", (assignment, *_GRADINGS)
+    ).fetchone()
+    return int(row[0] or 0)
 
 
 def compute_pairs(db: str | Path, assignment: str, exercises: str | Path, solutions: str | Path) -> AssignmentPairs:
@@ -120,19 +185,42 @@ def compute_pairs(db: str | Path, assignment: str, exercises: str | Path, soluti
 
 class PairCache:
     """Each assignment's pairs, computed on first use (one computation at a time per assignment,
-    other requests for it wait) and kept for the app's lifetime."""
+    other requests for it wait) and kept while the gradebook's :func:`grading_state` of that
+    assignment stays the same (a regrade: computed again on the next request)."""
 
     def __init__(self, db: str | Path, exercises: str | Path, solutions: str | Path):
         self.db, self.exercises, self.solutions = db, exercises, solutions
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
-        self._pairs: dict[str, AssignmentPairs] = {}
+        self._pairs: dict[str, tuple[int, AssignmentPairs]] = {}
+
+    def _state(self, assignment: str) -> int:
+        with Gradebook(self.db) as book:
+            return grading_state(book, assignment)
 
     def get(self, assignment: str) -> AssignmentPairs:
-        """The assignment's pairs (computed now if not yet)."""
+        """The assignment's pairs (computed now if not yet, or if graded again since)."""
         with self._lock:
             lock = self._locks.setdefault(assignment, threading.Lock())
         with lock:
-            if assignment not in self._pairs:
-                self._pairs[assignment] = compute_pairs(self.db, assignment, self.exercises, self.solutions)
-            return self._pairs[assignment]
+            state = self._state(assignment)
+            kept = self._pairs.get(assignment)
+            if kept is None or kept[0] != state:
+                kept = (state, compute_pairs(self.db, assignment, self.exercises, self.solutions))
+                self._pairs[assignment] = kept
+            return kept[1]
+
+    def peek(self, book: Gradebook, assignment: str) -> AssignmentPairs | None:
+        """The assignment's pairs if they are computed and fresh, else None (never computes).
+
+        Args:
+            book: the gradebook (the caller's open one: one cheap query).
+            assignment: the assignment's name.
+
+        Returns:
+            The cached pairs, or None.
+        """
+        kept = self._pairs.get(assignment)
+        if kept is None or kept[0] != grading_state(book, assignment):
+            return None
+        return kept[1]

@@ -40,6 +40,16 @@
     document.querySelectorAll(".keys-toggle").forEach((b) => b.setAttribute("aria-expanded", String(!keys.hidden)));
   }
 
+  // each member's new points in the members' list (ids compared as text: never a selector)
+  function showPoints(group, points) {
+    group.querySelectorAll("li[data-student]").forEach((li) => {
+      const shown = li.querySelector("[data-role=points]");
+      if (shown && Object.prototype.hasOwnProperty.call(points, li.dataset.student)) {
+        shown.textContent = points[li.dataset.student];
+      }
+    });
+  }
+
   async function save(form) {
     const group = form.closest("section.group");
     const message = form.querySelector("[data-role=message]");
@@ -70,6 +80,7 @@
     form.querySelector("input[name=expected]").value = JSON.stringify(data.expected);
     if (data.ok) {
       group.querySelector("[data-role=status]").innerHTML = data.status_html;
+      showPoints(group, data.points || {});
       group.dataset.status = "uniform";
       // the saved grade is now the grade of each member's answer as it is: none is stale
       group.querySelectorAll("[data-role=member-changed]").forEach((note) => note.remove());
