@@ -107,6 +107,10 @@ bench: $(STAMP) sysdeps
 	$(BIN)/python benchmarks/grading.py
 	$(BIN)/python benchmarks/report.py
 	$(BIN)/python benchmarks/review_app.py
+	$(BIN)/python benchmarks/review_index.py
+	$(BIN)/python benchmarks/manual_store.py
+	$(BIN)/python benchmarks/answer_groups.py
+	$(BIN)/python benchmarks/render_answers.py
 
 # Regenerate constraints.txt from the current environment (after changing dependencies).
 constraints: $(STAMP)
