@@ -225,3 +225,40 @@ def test_the_question_page_passes_axe_in_both_colour_schemes_without_console_err
     context.close()
     assert found == {"question": [], "index": [], "history": []}, found
     assert background == ("rgb(22, 24, 28)" if mode == "dark" else "rgb(255, 255, 255)"), background
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_a_paged_question_with_graded_and_changed_answers_passes_axe(browser, tmp_path, mode):
+    """The states a group shows at once: graded, not graded, a member whose answer changed since
+    it was graded, and the pages of groups; axe-core finds nothing, in both schemes."""
+    from review_fixtures import ANSWERS
+    from test_answers_stale import CHANGED, grade_everyone, resubmit
+
+    answers = ANSWERS | {f"s{i:03d}": f"My own answer number {i}." for i in range(60)}  # 63 groups: 2 pages
+    db = class_gradebook(tmp_path / "g.sqlite", answers)
+    good, bad = set_rubric(db)
+    grade_everyone(db, good)  # ann, bob, cat alike; fay alone
+    with Gradebook(db) as book:
+        book.manual.grade(A, Q, ["s000"], items=[bad], adjust=0, comment="", by="prof", expected={"s000": 0})
+    resubmit(db, {"bob": CHANGED})  # bob's grade no longer counts: his new answer stands alone
+    server = serve(make_app(db, grader="prof"))
+    context = browser.new_context(color_scheme=mode, viewport={"width": 1100, "height": 900}, bypass_csp=True)
+    try:
+        tab = context.new_page()
+        tab.goto(server.url)
+        found = {}
+        for page in (1, 2):
+            tab.goto(f"http://127.0.0.1:{server.port}{PAGE}?page={page}")
+            assert tab.locator("nav.pager").count() == 2
+            tab.eval_on_selector_all("details", "all => all.forEach(d => { d.open = true; })")
+            found[page] = axe_violations(tab, impacts=ALL_IMPACTS)
+        tab.goto(f"http://127.0.0.1:{server.port}{PAGE}")
+        statuses = tab.eval_on_selector_all("section.group", "all => all.map(g => g.dataset.status)")
+        changed = tab.locator("[data-role=member-changed]").count()
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(SHOTS / f"review-question-paged-{mode}.png"), full_page=True)
+    finally:
+        context.close()
+        server.shutdown()
+    assert {"uniform", "none"} <= set(statuses) and changed == 1, (statuses, changed)
+    assert found == {1: [], 2: []}, found
