@@ -253,6 +253,12 @@ def test_a_paged_question_with_graded_and_changed_answers_passes_axe(browser, tm
             tab.eval_on_selector_all("details", "all => all.forEach(d => { d.open = true; })")
             found[page] = axe_violations(tab, impacts=ALL_IMPACTS)
         tab.goto(f"http://127.0.0.1:{server.port}{PAGE}")
+        for _ in range(50):  # j to the page's last group; one more j goes on to the next page
+            tab.keyboard.press("j")
+        with tab.expect_navigation():
+            tab.keyboard.press("j")
+        next_page = tab.url
+        tab.goto(f"http://127.0.0.1:{server.port}{PAGE}")
         statuses = tab.eval_on_selector_all("section.group", "all => all.map(g => g.dataset.status)")
         changed = tab.locator("[data-role=member-changed]").count()
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -262,3 +268,4 @@ def test_a_paged_question_with_graded_and_changed_answers_passes_axe(browser, tm
         server.shutdown()
     assert {"uniform", "none"} <= set(statuses) and changed == 1, (statuses, changed)
     assert found == {1: [], 2: []}, found
+    assert next_page.endswith(f"{PAGE}?page=2"), next_page
