@@ -119,6 +119,27 @@ def read_submission(path: Path) -> bytes:
         return f.read(MAX_NOTEBOOK_BYTES + 1)
 
 
+@dataclass(frozen=True)
+class Held:
+    """A submission this run did not grade in full: invalid, timed out, crashed, or held for review.
+
+    Args:
+        student: the student's id.
+        assignment: the assignment's name.
+        status: the record's status.
+        reason: the first words of its message ("" when none).
+    """
+
+    student: str
+    assignment: str
+    status: str
+    reason: str
+
+    def line(self) -> str:
+        """``student/assignment: status: reason``, as the summary lists it."""
+        return f"{self.student}/{self.assignment}: {self.status}: {self.reason}"
+
+
 @dataclass
 class Summary:
     """What a grading run did: counts, statuses, and the submissions it could not grade."""
@@ -134,7 +155,7 @@ class Summary:
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "student/assignment: reason" (status error)
     ungraded: list[UngradedFile] = field(default_factory=list)  # files no graded record was made of
-    attention: list[str] = field(default_factory=list)  # "student/assignment: status: reason", not graded in full
+    attention: list[Held] = field(default_factory=list)  # submissions not graded in full
     peak_mb: float = 0.0
     deadlines: dict[str, LatePolicy] = field(default_factory=dict)  # where a late penalty applies
     late: int = 0  # submissions with a penalty
@@ -155,10 +176,10 @@ class Summary:
         """The summary's list of every submission and file that needs the instructor."""
         lines = []
         if self.attention:
-            counts = Counter(line.split(": ")[1] for line in self.attention)
+            counts = Counter(a.status for a in self.attention)
             said = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
             lines.append(f"NOT GRADED IN FULL: {len(self.attention)} submission(s) ({said}):")
-            lines += [f"  {a}" for a in self.attention]
+            lines += [f"  {a.line()}" for a in self.attention]
         if self.ungraded:
             counts = Counter(f.status for f in self.ungraded)
             said = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
@@ -386,10 +407,10 @@ def _finish(summary: Summary, book: Gradebook, start: float, out: TextIO, subs: 
     now or before), close the gradebook, print the summary."""
     summary.seconds = time.perf_counter() - start
     for student, record in book.rows():
-        summary.by_assignment[record.assignment].append((record.score, record.max_score))
+        summary.by_assignment[record.assignment].append((record.score, record.points_possible))
         if (student, record.assignment) in subs and record.status not in ("graded", "error"):
             reason = " ".join(record.messages[0].split())[:200] if record.messages else ""
-            summary.attention.append(f"{student}/{record.assignment}: {record.status}: {reason}")
+            summary.attention.append(Held(student, record.assignment, record.status, reason))
     book.close()
     summary.peak_mb = peak_memory_mb()
     for n in summary.notes:
