@@ -109,7 +109,7 @@ def _cmd_override(args: argparse.Namespace) -> int:
     except AdjustError as err:
         print(f"course-lib {err}", file=sys.stderr)
         return 2
-    print(f"{args.student} / {rec.assignment}: {rec.score:g} / {rec.max_score:g} counts")
+    print(f"{args.student} / {rec.assignment}: {rec.score:g} / {rec.points_possible:g} counts")
     return 0
 
 
@@ -153,5 +153,5 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     except AdjustError as err:
         print(f"course-lib {err}", file=sys.stderr)
         return 2
-    print(f"{args.student} / {rec.assignment}: {rec.score:g} / {rec.max_score:g} counts")
+    print(f"{args.student} / {rec.assignment}: {rec.score:g} / {rec.points_possible:g} counts")
     return 0

@@ -259,4 +259,6 @@ def test_history_lists_the_graders_decisions_about_the_students_answers_with_the
         book.manual.clear_grade(A, q, "ann", by="kim", expected=book.manual.grades(A, q)["ann"].version)
     lines = history(path, capsys, "ann").splitlines()
     assert lines[0] == f"ann / {A}: 19 / 40 counts; manual grading pending: 1"
+    assert main(["override", "ann", A, "--points", "30", "--reason", "regrade", "--db", str(path)]) == 0
+    assert capsys.readouterr().out == f"ann / {A}: 30 / 40 counts\n"  # out of the points possible, 2 + 4 by hand
     assert f"manual clear     {q}/ann  grade removed  by kim" in lines[-1]
