@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..answer_groups import group_answers
-from ..answer_images import digest
+from ..answer_images import digest, record_answers
 from ..answer_text import Question
 from .data import Row
 
@@ -21,22 +21,6 @@ __all__ = ["answers_by_question", "answer_images"]
 
 #: Student -> question id -> the answer's attachments (``{name: {mime: base64}}``).
 Images = dict[str, dict[str, dict[str, dict[str, str]]]]
-
-
-def _answers_of(record_answers: tuple[Any, ...]) -> dict[str, tuple[str, dict[str, Any]]]:
-    """Question id -> (answer, attachments) of one record; two entries of one id are joined."""
-    seen: dict[str, tuple[str, dict[str, Any]]] = {}
-    for entry in record_answers:
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            continue
-        text = str(entry.get("answer") or "")
-        images = entry.get("attachments")
-        images = {str(k): v for k, v in images.items() if isinstance(v, dict)} if isinstance(images, dict) else {}
-        if entry["id"] in seen:
-            before, before_images = seen[entry["id"]]
-            text, images = f"{before}\n\n{text}".strip(), {**images, **before_images}
-        seen[entry["id"]] = (text, images)
-    return seen
 
 
 def answers_by_question(rows: list[Row], questions: Mapping[str, Question] | None = None) -> list[dict[str, Any]]:
@@ -71,7 +55,7 @@ def answers_by_question(rows: list[Row], questions: Mapping[str, Question] | Non
             "answers": [],
         }
     for student, record in rows:
-        for qid, (text, images) in _answers_of(record.answers).items():
+        for qid, (text, images) in record_answers(record.answers).items():
             q = out.setdefault(
                 qid, {"id": qid, "number": None, "question": "", "answered": 0, "unanswered": 0, "answers": []}
             )
@@ -107,7 +91,7 @@ def answer_images(rows: list[Row]) -> Images:
     """
     out: Images = {}
     for student, record in rows:
-        for qid, (text, images) in _answers_of(record.answers).items():
+        for qid, (text, images) in record_answers(record.answers).items():
             if images and text.strip():
                 out.setdefault(student, {})[qid] = images
     return out
