@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HONEST_SOFTMAX, assert_full_marks, notebook
+from forbidden_cells import HONEST_SDPA, HONEST_SELF_ATTENTION
 
 from course_lib.autograder.autograde import grade_submission
 from course_lib.autograder.notebook import python_source
@@ -28,17 +29,7 @@ from course_lib.grading.standins import static_callees
 A = "02_self_attention"
 SETUP = "import math\nimport torch\nfrom course_lib.grading import check\n"
 SOFTMAX = HONEST_SOFTMAX
-ATTENTION = """
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    w = softmax(scores, dim=-1)
-    return w @ v, w
-
-def self_attention(x, W_q, W_k, W_v, mask=None):
-    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)
-"""
+ATTENTION = HONEST_SDPA + HONEST_SELF_ATTENTION
 HELPER_CLASS = """
 class Normaliser:
     def softmax(self, x, dim):
